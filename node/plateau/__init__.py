@@ -1,0 +1,1 @@
+"""plateau: a columnar data aggregator node."""

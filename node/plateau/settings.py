@@ -1,0 +1,130 @@
+"""The node's settings: one tree of config structs, each field with an explicit default.
+
+Sources, lowest to highest precedence: defaults, a YAML file (``--config`` or
+``PLATEAU_CONFIG``), environment variables ``PLATEAU_<SECTION>__<FIELD>``
+(for example ``PLATEAU_STORAGE__DATA_DIR``), then command-line flags. Every
+field is documented in the README's configuration table.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+from plateau.storage.topic_config import MiB, TopicConfig
+
+
+class DurabilitySettings(BaseModel):
+    """When an append is acknowledged relative to fsync.
+
+    ``fsync`` (default): the reply is sent only after the data is fsynced;
+    concurrent appends to a partition share one fsync (group commit).
+    ``relaxed``: the reply is sent after the write reaches the page cache and a
+    background fsync runs every ``relaxed_interval_ms``; a power loss or kernel
+    crash can lose up to that window of acknowledged records (a killed node
+    process loses nothing, the page cache survives it).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["fsync", "relaxed"] = "fsync"
+    relaxed_interval_ms: int = Field(default=200, gt=0)
+
+
+class StorageSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    data_dir: Path = Field(default=Path("./data"), description="Where manifest and segments live.")
+    capacity_bytes: int | None = Field(
+        default=None,
+        gt=0,
+        description="Bytes the node may allocate to topic budgets; default: the volume's size.",
+    )
+    reserve_fraction: float = Field(
+        default=0.1,
+        ge=0,
+        lt=1,
+        description="Part of capacity kept free of budgets for open segments and write-ahead data.",
+    )
+    min_free_bytes: int = Field(
+        default=64 * MiB,
+        ge=0,
+        description="Writes are refused (503) when the volume has less free space than this.",
+    )
+    retention_interval_seconds: float = Field(
+        default=5.0, gt=0, description="How often retention and segment age limits are checked."
+    )
+    auto_create_topics: bool = Field(
+        default=True, description="Create a topic with the defaults on its first append."
+    )
+    topic_defaults: TopicConfig = Field(default_factory=TopicConfig)
+    durability: DurabilitySettings = Field(default_factory=DurabilitySettings)
+
+
+class ServerSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    bind: str = Field(default="127.0.0.1:3030", description="HOST:PORT to listen on.")
+    max_request_bytes: int = Field(
+        default=32 * MiB, gt=0, description="Larger append bodies get 413 with x-max-request-size."
+    )
+    max_page_bytes: int = Field(
+        default=16 * MiB, gt=0, description="A read reply stops (ByteLimited) past this size."
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class AuthSettings(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    token: SecretStr | None = Field(
+        default=None, description="Bearer token required for writes and admin calls."
+    )
+    read_token: SecretStr | None = Field(
+        default=None, description="Bearer token required for reads (the write token works too)."
+    )
+
+
+class NodeSettings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="PLATEAU_",
+        env_nested_delimiter="__",
+        extra="forbid",
+    )
+
+    storage: StorageSettings = Field(default_factory=StorageSettings)
+    server: ServerSettings = Field(default_factory=ServerSettings)
+    auth: AuthSettings = Field(default_factory=AuthSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        config_file = os.environ.get("PLATEAU_CONFIG")
+        sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
+        if config_file:
+            sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=config_file))
+        return tuple(sources)
+
+
+def load_settings(config_file: Path | None = None, **overrides: Any) -> NodeSettings:
+    """Build settings from all sources; ``overrides`` are command-line values (nested dicts)."""
+    if config_file is not None:
+        if not config_file.is_file():
+            raise FileNotFoundError(f"config file {config_file} does not exist")
+        os.environ["PLATEAU_CONFIG"] = str(config_file)
+    return NodeSettings(**overrides)

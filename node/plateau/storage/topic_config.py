@@ -1,0 +1,106 @@
+"""Per-topic configuration: partitions, retention budget and segment limits.
+
+The admin API (``PUT /admin/topics/{t}``) takes this model as JSON with every
+field optional; missing fields take the node's topic defaults. The resolved
+config is stored in the manifest, so it survives restarts.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+SegmentFormat = Literal["parquet", "arrow"]
+
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+
+
+class RetentionConfig(BaseModel):
+    """How much of a topic is kept: oldest sealed segments are deleted first."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_bytes: int = Field(
+        default=1 * GiB, ge=0, description="Byte budget over all partitions of the topic."
+    )
+    max_age_seconds: int | None = Field(
+        default=None, gt=0, description="Delete sealed segments whose newest record is older."
+    )
+
+
+class SegmentConfig(BaseModel):
+    """When the open segment of a partition is sealed, and in which format."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    format: SegmentFormat = Field(
+        default="parquet",
+        description="parquet: Spark-native, rows also go to a write-ahead file; "
+        "arrow: write-once Arrow IPC file.",
+    )
+    max_rows: int = Field(default=1_000_000, gt=0, description="Seal after this many rows.")
+    max_bytes: int = Field(
+        default=64 * MiB, gt=0, description="Seal after this many bytes of Arrow data."
+    )
+    max_age_seconds: float = Field(
+        default=60.0, gt=0, description="Seal an open segment this old even if it is small."
+    )
+
+
+class TopicConfig(BaseModel):
+    """The full, resolved configuration of a topic."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    partitions: int = Field(
+        default=1,
+        ge=1,
+        le=4096,
+        description="Partitions named 0..N-1 exist from creation; appends may also name others.",
+    )
+    retention: RetentionConfig = Field(default_factory=RetentionConfig)
+    segment: SegmentConfig = Field(default_factory=SegmentConfig)
+
+
+class RetentionPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    max_bytes: int | None = Field(default=None, ge=0)
+    max_age_seconds: int | None = Field(default=None, gt=0)
+
+
+class SegmentPatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    format: SegmentFormat | None = None
+    max_rows: int | None = Field(default=None, gt=0)
+    max_bytes: int | None = Field(default=None, gt=0)
+    max_age_seconds: float | None = Field(default=None, gt=0)
+
+
+class TopicConfigRequest(BaseModel):
+    """Body of ``PUT /admin/topics/{t}``: every field optional.
+
+    A field left out keeps its current value for an existing topic, or takes
+    the node's default for a new one, so the call is idempotent and a GitOps
+    tool can send only what it manages.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    partitions: int | None = Field(default=None, ge=1, le=4096)
+    retention: RetentionPatch | None = None
+    segment: SegmentPatch | None = None
+
+    def apply_to(self, base: TopicConfig) -> TopicConfig:
+        """Merge this request onto ``base``; explicit ``null`` for max_age clears it."""
+        data = base.model_dump()
+        if self.partitions is not None:
+            data["partitions"] = self.partitions
+        if self.retention is not None:
+            data["retention"].update(self.retention.model_dump(exclude_unset=True))
+        if self.segment is not None:
+            data["segment"].update(self.segment.model_dump(exclude_unset=True))
+        return TopicConfig.model_validate(data)

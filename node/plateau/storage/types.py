@@ -1,0 +1,107 @@
+"""Typed values shared by the engine, server and client.
+
+Indexes and segment ids are distinct types so that a segment id can never be
+passed where a record index is expected (mypy checks it).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import NewType
+
+import pyarrow as pa
+
+Index = NewType("Index", int)
+"""Position of a record in its partition: dense, from 0, never reused."""
+
+SegmentId = NewType("SegmentId", int)
+"""Manifest row id of a segment; unique per node, never reused."""
+
+
+@dataclass(frozen=True)
+class Span:
+    """An end-exclusive range of indexes, as in plateau's ``{"start","end"}``."""
+
+    start: int
+    end: int
+
+    def __len__(self) -> int:
+        return self.end - self.start
+
+    def to_json(self) -> dict[str, int]:
+        return {"start": self.start, "end": self.end}
+
+
+@dataclass(frozen=True)
+class TimeRange:
+    """Inclusive bounds in epoch milliseconds; ``None`` is unbounded."""
+
+    start_ms: int | None = None
+    end_ms: int | None = None
+
+    def overlaps(self, lo_ms: int, hi_ms: int) -> bool:
+        if self.start_ms is not None and hi_ms < self.start_ms:
+            return False
+        return not (self.end_ms is not None and lo_ms > self.end_ms)
+
+
+class RecordStatus(StrEnum):
+    """plateau's iteration status, sent in ``x-iteration-status``."""
+
+    ALL = "All"
+    SCHEMA_CHANGE = "SchemaChange"
+    RECORD_LIMITED = "RecordLimited"
+    BYTE_LIMITED = "ByteLimited"
+
+
+class Order(StrEnum):
+    ASC = "asc"
+    DESC = "desc"
+
+
+@dataclass
+class PartitionRead:
+    """Records of one partition read: ``table`` rows are the indexes in ``span`` that matched.
+
+    With a time filter some indexes of ``span`` may be skipped; ``span.end`` is
+    where the next read continues.
+    """
+
+    table: pa.Table
+    span: Span | None
+    status: RecordStatus
+
+
+@dataclass
+class TopicRead:
+    """One page of topic iteration; ``next`` is the cursor to send back."""
+
+    table: pa.Table
+    next: dict[str, int]
+    status: RecordStatus
+
+
+@dataclass
+class PartitionUsage:
+    span: Span
+    bytes: int
+    records: int
+    segments: int
+
+
+@dataclass
+class TopicUsage:
+    bytes: int
+    records: int
+    partitions: dict[str, PartitionUsage] = field(default_factory=dict)
+
+
+@dataclass
+class NodeUsage:
+    capacity_bytes: int
+    reserve_bytes: int
+    allocated_bytes: int
+    used_bytes: int
+    free_disk_bytes: int
+    topics: int

@@ -1,0 +1,1 @@
+"""The plateau Kubernetes operator (kopf)."""
