@@ -1,0 +1,38 @@
+"""Prometheus metrics of the node, defined once and shared by engine and server.
+
+Names follow Prometheus conventions (``_total`` counters, ``_seconds`` and
+``_bytes`` units). ``/metrics`` exposes the default registry.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+APPENDED_ROWS = Counter("plateau_appended_rows_total", "Rows acknowledged", ["topic"])
+APPENDED_BYTES = Counter(
+    "plateau_appended_bytes_total", "Arrow bytes of acknowledged rows", ["topic"]
+)
+REJECTED_APPENDS = Counter(
+    "plateau_rejected_appends_total",
+    "Appends refused, by reason (busy, too_large, invalid, disk_full, unauthorized, not_found)",
+    ["reason"],
+)
+SEAL_SECONDS = Histogram(
+    "plateau_seal_seconds",
+    "Time to seal a segment (write, fsync, rename, manifest commit)",
+    ["format"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
+RETENTION_DELETED_SEGMENTS = Counter(
+    "plateau_retention_deleted_segments_total", "Segments deleted by retention", ["topic", "reason"]
+)
+RETENTION_DELETED_BYTES = Counter(
+    "plateau_retention_deleted_bytes_total", "Bytes deleted by retention", ["topic"]
+)
+TOPIC_BYTES = Gauge("plateau_topic_bytes", "Bytes stored on disk per topic", ["topic"])
+TOPIC_BUDGET_BYTES = Gauge("plateau_topic_budget_bytes", "Retention budget per topic", ["topic"])
+FSYNC_SECONDS = Histogram(
+    "plateau_fsync_seconds",
+    "Duration of one group-commit fsync",
+    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
+)
