@@ -1,70 +1,283 @@
 """The storage engine: the one object the server, CLI and tests talk to.
 
-Thread-safe and synchronous: the HTTP server calls it from worker threads
-(``anyio.to_thread``), so a blocking fsync never stalls the event loop and
-concurrent appends to one partition share a group commit.
+Thread-safe and synchronous: the HTTP server calls it from worker threads, so
+a blocking fsync never stalls the event loop and concurrent appends to one
+partition share a group commit. Start-up recovers the data directory
+(``Recovery``); ``close`` seals every open segment, so a clean shutdown
+leaves nothing to recover.
 """
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import shutil
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
 import pyarrow as pa
 
+from plateau.metrics import APPENDED_BYTES, APPENDED_ROWS, TOPIC_BUDGET_BYTES, TOPIC_BYTES
 from plateau.settings import StorageSettings
+from plateau.storage import reading, retention
+from plateau.storage.errors import Conflict, InsufficientStorage, NotFound, Unavailable
+from plateau.storage.manifest import Manifest, SegmentRow
+from plateau.storage.names import check_name
+from plateau.storage.partition import Partition
+from plateau.storage.recovery import recover
+from plateau.storage.sealed import ReaderCache
+from plateau.storage.snapshot import SnapshotWriter
 from plateau.storage.topic_config import TopicConfig, TopicConfigRequest
 from plateau.storage.types import (
+    Index,
     NodeUsage,
     Order,
     PartitionRead,
+    PartitionUsage,
+    RecordStatus,
     Span,
     TimeRange,
     TopicRead,
     TopicUsage,
 )
+from plateau.storage.validation import prepare
+
+log = logging.getLogger(__name__)
+ENOSPC = 28
+
+
+@dataclass
+class Topic:
+    name: str
+    config: TopicConfig
+    partitions: dict[str, Partition] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)
 
 
 class Engine:
     """Owns the manifest, every partition writer, retention and the snapshot."""
 
     def __init__(self, settings: StorageSettings) -> None:
-        """Open (or create) the data directory and recover: see ``plateau.storage.recovery``."""
-        raise NotImplementedError
+        self.settings = settings
+        self.data_dir = settings.data_dir.resolve()
+        (self.data_dir / "topics").mkdir(parents=True, exist_ok=True)
+        self._manifest = Manifest(self.data_dir / "manifest.sqlite")
+        self._cache = ReaderCache()
+        self._snapshot = SnapshotWriter(self.data_dir)
+        self._sealer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sealer")
+        self._lock = threading.RLock()
+        self._relaxed = settings.durability.mode == "relaxed"
+        self._closed = threading.Event()
+        self._topics: dict[str, Topic] = {}
+        recovered = recover(self.data_dir, self._manifest)
+        for name, config in self._manifest.topics().items():
+            topic = Topic(name, config)
+            for pname, next_index in self._manifest.partitions(name).items():
+                topic.partitions[pname] = self._partition(
+                    name, pname, next_index, recovered.get((name, pname), [])
+                )
+            self._topics[name] = topic
+            TOPIC_BUDGET_BYTES.labels(name).set(config.retention.max_bytes)
+        for name in self._topics:
+            self._enforce(name)
+        self._publish_snapshot()
+        self._timer = threading.Thread(target=self._tick_loop, name="retention", daemon=True)
+        self._timer.start()
+
+    def _partition(
+        self, topic: str, name: str, next_index: Index, sealed: list[SegmentRow]
+    ) -> Partition:
+        if sealed:
+            next_index = Index(max(next_index, sealed[-1].end_index))
+        return Partition(
+            topic,
+            name,
+            self.data_dir,
+            self._manifest,
+            self._sealer,
+            self._on_sealed,
+            self._relaxed,
+            next_index,
+            sealed,
+        )
 
     def close(self) -> None:
         """Stop background work, seal open segments durably, close the manifest."""
-        raise NotImplementedError
+        if self._closed.is_set():
+            return
+        self._closed.set()
+        self._timer.join(timeout=10)
+        with self._lock:
+            parts = [p for t in self._topics.values() for p in t.partitions.values()]
+        for p in parts:
+            try:
+                p.close()
+            except Exception:
+                log.exception("closing %s/%s failed; recovery will finish it", p.topic, p.name)
+        self._sealer.shutdown(wait=True)
+        self._publish_snapshot()
+        self._manifest.close()
 
     # --- topics -----------------------------------------------------------------
     def topics(self) -> list[str]:
-        raise NotImplementedError
+        with self._lock:
+            return sorted(self._topics)
+
+    def _topic(self, topic: str) -> Topic:
+        check_name("topic", topic)
+        with self._lock:
+            t = self._topics.get(topic)
+        if t is None:
+            raise NotFound(f"topic {topic!r} does not exist")
+        return t
 
     def get_topic(self, topic: str) -> TopicConfig:
-        """Raises NotFound for an unknown topic, InvalidInput for a bad name."""
-        raise NotImplementedError
+        return self._topic(topic).config
+
+    def capacity(self) -> tuple[int, int]:
+        """(capacity, reserve) in bytes: configured, else the volume's size."""
+        cap = self.settings.capacity_bytes or shutil.disk_usage(self.data_dir).total
+        return cap, int(cap * self.settings.reserve_fraction)
 
     def put_topic(self, topic: str, request: TopicConfigRequest) -> tuple[TopicConfig, bool]:
         """Create or update; returns (config, created). Conflict (409) if the budget does not fit."""
-        raise NotImplementedError
+        check_name("topic", topic)
+        with self._lock:
+            existing = self._topics.get(topic)
+            created = existing is None
+            base = existing.config if existing else self.settings.topic_defaults
+            config = request.apply_to(base)
+            self._check_budget(topic, config)
+            partitions = [str(i) for i in range(config.partitions)]
+            self._manifest.put_topic(topic, config, partitions)
+            if existing is None:
+                existing = Topic(topic, config)
+                self._topics[topic] = existing
+            existing.config = config
+            with existing.lock:
+                for p in partitions:
+                    if p not in existing.partitions:
+                        existing.partitions[p] = self._partition(topic, p, Index(0), [])
+        TOPIC_BUDGET_BYTES.labels(topic).set(config.retention.max_bytes)
+        self._enforce(topic)  # a lowered budget takes effect at once
+        self._publish_snapshot()
+        return config, created
+
+    def _check_budget(self, topic: str, config: TopicConfig) -> None:
+        cap, reserve = self.capacity()
+        others = sum(
+            t.config.retention.max_bytes for name, t in self._topics.items() if name != topic
+        )
+        allowed = cap - reserve
+        if others + config.retention.max_bytes > allowed:
+            raise Conflict(
+                f"topic {topic!r} budget of {config.retention.max_bytes} bytes does not fit: "
+                f"node capacity {cap} minus reserve {reserve} leaves {allowed - others} bytes "
+                f"beside the {others} bytes allocated to other topics"
+            )
 
     def delete_topic(self, topic: str) -> None:
         """Remove the topic and all its data. NotFound if it does not exist."""
-        raise NotImplementedError
+        t = self._topic(topic)
+        with self._lock:
+            self._topics.pop(topic, None)
+        for p in t.partitions.values():
+            p.abort()
+            for row in p.view().sealed:
+                self._cache.evict(row.id)
+        self._manifest.delete_topic(topic)
+        shutil.rmtree(self.data_dir / "topics" / topic, ignore_errors=True)
+        for metric in (TOPIC_BYTES, TOPIC_BUDGET_BYTES):
+            with contextlib.suppress(KeyError):
+                metric.remove(topic)
+        self._publish_snapshot()
 
     def topic_usage(self, topic: str) -> TopicUsage:
-        raise NotImplementedError
+        t = self._topic(topic)
+        usage = TopicUsage(bytes=0, records=0)
+        with t.lock:
+            parts = dict(t.partitions)
+        for name, p in sorted(parts.items()):
+            view = p.view()
+            nbytes = sum(r.bytes for r in view.sealed) + sum(s.nbytes for s, _ in view.pending)
+            records = view.end - view.start
+            usage.partitions[name] = PartitionUsage(
+                Span(view.start, view.end), nbytes, records, len(view.sealed) + len(view.pending)
+            )
+            usage.bytes += nbytes
+            usage.records += records
+        return usage
 
     def node_usage(self) -> NodeUsage:
-        raise NotImplementedError
+        cap, reserve = self.capacity()
+        with self._lock:
+            names = list(self._topics)
+            allocated = sum(t.config.retention.max_bytes for t in self._topics.values())
+        used = sum(self.topic_usage(n).bytes for n in names)
+        return NodeUsage(
+            capacity_bytes=cap,
+            reserve_bytes=reserve,
+            allocated_bytes=allocated,
+            used_bytes=used,
+            free_disk_bytes=shutil.disk_usage(self.data_dir).free,
+            topics=len(names),
+        )
 
     # --- data -------------------------------------------------------------------
     def append(self, topic: str, partition: str, table: pa.Table) -> Span:
         """Append all rows of ``table`` or none; returns the indexes assigned.
 
-        Adds a ``time`` column (arrival, epoch ms) when the table has none.
-        Raises InvalidInput (bad schema/time/name), NotFound (unknown topic with
-        auto-create off), Busy (429), Unavailable/InsufficientStorage (disk).
         Returns after the rows are durable (per the durability mode).
         """
-        raise NotImplementedError
+        check_name("topic", topic)
+        check_name("partition", partition)
+        if self._closed.is_set():
+            raise Unavailable("the node is shutting down")
+        t = self._topic_for_append(topic)
+        table = prepare(table, t.config.segment.format)
+        self._check_free_space()
+        p = self._partition_for_append(t, partition)
+        try:
+            span = p.append(table, t.config.segment)
+        except OSError as exc:
+            if exc.errno == ENOSPC:
+                raise InsufficientStorage(f"volume full while appending to {topic}") from exc
+            raise
+        APPENDED_ROWS.labels(topic).inc(table.num_rows)
+        APPENDED_BYTES.labels(topic).inc(table.nbytes)
+        return span
+
+    def _topic_for_append(self, topic: str) -> Topic:
+        with self._lock:
+            t = self._topics.get(topic)
+            if t is not None:
+                return t
+            if not self.settings.auto_create_topics:
+                raise NotFound(
+                    f"topic {topic!r} does not exist and auto-creation is off; "
+                    "create it with PUT /admin/topics/{topic}"
+                )
+            self.put_topic(topic, TopicConfigRequest())
+            return self._topics[topic]
+
+    def _partition_for_append(self, t: Topic, partition: str) -> Partition:
+        with t.lock:
+            p = t.partitions.get(partition)
+            if p is None:
+                self._manifest.add_partition(t.name, partition)
+                p = self._partition(t.name, partition, Index(0), [])
+                t.partitions[partition] = p
+            return p
+
+    def _check_free_space(self) -> None:
+        free = shutil.disk_usage(self.data_dir).free
+        if free < self.settings.min_free_bytes:
+            raise Unavailable(
+                f"disk nearly full: {free} bytes free, below the floor of "
+                f"{self.settings.min_free_bytes}; writes are refused, reads go on"
+            )
 
     def read_partition(
         self,
@@ -76,7 +289,14 @@ class Engine:
         max_bytes: int | None = None,
     ) -> PartitionRead:
         """Up to ``limit`` durable records from index ``start`` on, one schema per reply."""
-        raise NotImplementedError
+        check_name("partition", partition)
+        t = self._topic(topic)
+        p = t.partitions.get(partition)
+        if p is None:
+            return PartitionRead(pa.table({}), None, RecordStatus.ALL)
+        return reading.read_range(
+            p.view(), self.data_dir, self._cache, start, limit, time_range, max_bytes
+        )
 
     def iterate_topic(
         self,
@@ -89,4 +309,86 @@ class Engine:
         max_bytes: int | None = None,
     ) -> TopicRead:
         """One page of records across partitions, continuing from ``cursor``."""
-        raise NotImplementedError
+        t = self._topic(topic)
+        for name in cursor:
+            check_name("partition", name)
+        with t.lock:
+            parts = dict(t.partitions)
+        names = reading.select_partitions(list(parts), partition_filter)
+        return reading.iterate(
+            {n: parts[n].view() for n in names},
+            self.data_dir,
+            self._cache,
+            cursor,
+            limit,
+            order,
+            time_range,
+            max_bytes,
+        )
+
+    # --- background -------------------------------------------------------------
+    def _on_sealed(self, topic: str) -> None:
+        self._enforce(topic)
+        self._publish_snapshot()
+
+    def _enforce(self, topic: str) -> int:
+        with self._lock:
+            t = self._topics.get(topic)
+        if t is None:
+            return 0
+        with t.lock:
+            parts = list(t.partitions.values())
+        deleted = retention.enforce(
+            topic, parts, t.config.retention, self._manifest, self._cache, self.data_dir
+        )
+        TOPIC_BYTES.labels(topic).set(sum(r.bytes for p in parts for r in p.view().sealed))
+        return deleted
+
+    def _publish_snapshot(self) -> None:
+        doc: dict[str, object] = {}
+        with self._lock:
+            topics = list(self._topics.values())
+        for t in topics:
+            with t.lock:
+                parts = dict(t.partitions)
+            pdoc: dict[str, object] = {}
+            for name, p in sorted(parts.items()):
+                sealed = p.view().sealed
+                pdoc[name] = {
+                    "start": sealed[0].first_index if sealed else 0,
+                    "end": sealed[-1].end_index if sealed else 0,
+                    "segments": [r.to_json() for r in sealed],
+                }
+            doc[t.name] = {"config": t.config.model_dump(), "partitions": pdoc}
+        try:
+            self._snapshot.write(doc)
+        except OSError:
+            log.exception("could not publish snapshot.json")
+
+    def _tick_loop(self) -> None:
+        interval = self.settings.retention_interval_seconds
+        flush_every = self.settings.durability.relaxed_interval_ms / 1000
+        last_retention = time.monotonic()
+        while not self._closed.wait(flush_every if self._relaxed else min(interval, 1.0)):
+            now = time.monotonic()
+            with self._lock:
+                topics = list(self._topics.values())
+            for t in topics:
+                with t.lock:
+                    parts = list(t.partitions.values())
+                for p in parts:
+                    try:
+                        if self._relaxed:
+                            p.flush()
+                        p.roll_if_old(now)
+                        p.retry_failed_seal()
+                    except Exception:
+                        log.exception("background work on %s/%s failed", p.topic, p.name)
+            if now - last_retention >= interval:
+                last_retention = now
+                for t in topics:
+                    try:
+                        if self._enforce(t.name):
+                            self._publish_snapshot()
+                    except Exception:
+                        log.exception("retention of %s failed", t.name)

@@ -40,6 +40,10 @@ class SegmentConfig(BaseModel):
         description="parquet: Spark-native, rows also go to a write-ahead file; "
         "arrow: write-once Arrow IPC file.",
     )
+    compression: Literal["zstd", "lz4", "none"] = Field(
+        default="zstd",
+        description="Codec of sealed segments: Parquet pages, or Arrow IPC buffers.",
+    )
     max_rows: int = Field(default=1_000_000, gt=0, description="Seal after this many rows.")
     max_bytes: int = Field(
         default=64 * MiB, gt=0, description="Seal after this many bytes of Arrow data."
@@ -75,6 +79,7 @@ class SegmentPatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     format: SegmentFormat | None = None
+    compression: Literal["zstd", "lz4", "none"] | None = None
     max_rows: int | None = Field(default=None, gt=0)
     max_bytes: int | None = Field(default=None, gt=0)
     max_age_seconds: float | None = Field(default=None, gt=0)

@@ -1,0 +1,56 @@
+"""File-system primitives with the durability steps spelled out.
+
+A file that readers may see must appear complete: write under a temporary
+name, fsync the file, rename, fsync the directory. ``publish`` does exactly
+that; everything that makes a file visible goes through it.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import BinaryIO
+
+TMP_SUFFIX = ".tmp"
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def publish(final: Path, write: Callable[[BinaryIO], None]) -> int:
+    """Atomically create ``final`` with what ``write`` writes; returns its size."""
+    tmp = final.with_name(final.name + TMP_SUFFIX)
+    try:
+        with tmp.open("wb") as f:
+            write(f)
+            f.flush()
+            os.fsync(f.fileno())
+        tmp.rename(final)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    fsync_dir(final.parent)
+    return final.stat().st_size
+
+
+def rename_durably(src: Path, dst: Path) -> None:
+    src.rename(dst)
+    fsync_dir(dst.parent)
+
+
+def make_dirs(path: Path) -> None:
+    """Create ``path`` and fsync each new directory's parent, so it survives a crash."""
+    missing = []
+    p = path
+    while not p.exists():
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        d.mkdir(exist_ok=True)
+        fsync_dir(d.parent)

@@ -1,0 +1,237 @@
+"""The SQLite manifest: the source of truth for which topics and segments exist.
+
+Durability ordering (kept by the callers, checked by recovery):
+
+* A segment row is inserted with ``state='open'`` before its ``.open`` file is
+  created, so every open file has a row (recovery also adopts orphans).
+* A sealed file is written to a temporary name, fsynced, renamed and the
+  directory fsynced *before* the row becomes ``state='sealed'``; a sealed row
+  therefore always names a complete file.
+* Retention deletes the row first and the file second; a crash in between
+  leaves a file without a row, which recovery removes.
+* ``partitions.next_index`` only grows (``MAX`` on update), so an index is
+  never handed out twice, also after retention deleted every segment.
+
+WAL mode with ``synchronous=FULL``: one fsync per commit, and commits happen
+per segment (open, seal, delete), never per append.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from plateau.storage.topic_config import TopicConfig
+from plateau.storage.types import Index, SegmentId
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS topics (
+    name TEXT PRIMARY KEY,
+    config TEXT NOT NULL,
+    created_at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS partitions (
+    topic TEXT NOT NULL,
+    name TEXT NOT NULL,
+    next_index INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (topic, name)
+);
+CREATE TABLE IF NOT EXISTS segments (
+    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    topic TEXT NOT NULL,
+    partition TEXT NOT NULL,
+    state TEXT NOT NULL CHECK (state IN ('open', 'sealed')),
+    format TEXT NOT NULL,
+    first_index INTEGER NOT NULL,
+    end_index INTEGER,
+    rows INTEGER,
+    bytes INTEGER,
+    min_time_ms INTEGER,
+    max_time_ms INTEGER,
+    path TEXT,
+    sealed_at REAL
+);
+CREATE INDEX IF NOT EXISTS segments_by_partition ON segments (topic, partition, first_index);
+"""
+
+
+@dataclass(frozen=True)
+class SegmentRow:
+    """A sealed segment as the manifest records it; ``path`` is relative to the data dir."""
+
+    id: SegmentId
+    topic: str
+    partition: str
+    format: str
+    first_index: Index
+    end_index: Index
+    bytes: int
+    min_time_ms: int
+    max_time_ms: int
+    path: str
+    sealed_at: float
+
+    @property
+    def rows(self) -> int:
+        return self.end_index - self.first_index
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "id": self.id,
+            "path": self.path,
+            "format": self.format,
+            "first_index": self.first_index,
+            "end_index": self.end_index,
+            "rows": self.rows,
+            "bytes": self.bytes,
+            "min_time_ms": self.min_time_ms,
+            "max_time_ms": self.max_time_ms,
+        }
+
+
+@dataclass(frozen=True)
+class OpenRow:
+    id: SegmentId
+    topic: str
+    partition: str
+    format: str
+    first_index: Index
+
+
+class Manifest:
+    """Serialized access to one SQLite connection shared by all threads."""
+
+    def __init__(self, path: Path) -> None:
+        self._lock = threading.Lock()
+        self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
+        self._db.execute("PRAGMA journal_mode=WAL")
+        self._db.execute("PRAGMA synchronous=FULL")
+        self._db.executescript(SCHEMA)
+
+    def close(self) -> None:
+        with self._lock:
+            self._db.close()
+
+    # --- topics ---------------------------------------------------------------
+    def topics(self) -> dict[str, TopicConfig]:
+        with self._lock:
+            rows = self._db.execute("SELECT name, config FROM topics ORDER BY name").fetchall()
+        return {name: TopicConfig.model_validate_json(cfg) for name, cfg in rows}
+
+    def put_topic(self, name: str, config: TopicConfig, partitions: list[str]) -> None:
+        with self._lock, self._db:
+            self._db.execute("BEGIN")
+            self._db.execute(
+                "INSERT INTO topics (name, config, created_at) VALUES (?, ?, ?) "
+                "ON CONFLICT (name) DO UPDATE SET config = excluded.config",
+                (name, config.model_dump_json(), time.time()),
+            )
+            self._db.executemany(
+                "INSERT OR IGNORE INTO partitions (topic, name) VALUES (?, ?)",
+                [(name, p) for p in partitions],
+            )
+
+    def delete_topic(self, name: str) -> None:
+        with self._lock, self._db:
+            self._db.execute("BEGIN")
+            self._db.execute("DELETE FROM segments WHERE topic = ?", (name,))
+            self._db.execute("DELETE FROM partitions WHERE topic = ?", (name,))
+            self._db.execute("DELETE FROM topics WHERE name = ?", (name,))
+
+    # --- partitions -----------------------------------------------------------
+    def partitions(self, topic: str) -> dict[str, Index]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT name, next_index FROM partitions WHERE topic = ?", (topic,)
+            ).fetchall()
+        return {name: Index(n) for name, n in rows}
+
+    def add_partition(self, topic: str, name: str) -> None:
+        with self._lock:
+            self._db.execute(
+                "INSERT OR IGNORE INTO partitions (topic, name) VALUES (?, ?)", (topic, name)
+            )
+
+    # --- segments -------------------------------------------------------------
+    def open_segment(self, topic: str, partition: str, fmt: str, first: Index) -> SegmentId:
+        with self._lock:
+            cur = self._db.execute(
+                "INSERT INTO segments (topic, partition, state, format, first_index) "
+                "VALUES (?, ?, 'open', ?, ?)",
+                (topic, partition, fmt, first),
+            )
+            assert cur.lastrowid is not None
+            return SegmentId(cur.lastrowid)
+
+    def adopt_open_segment(self, row: OpenRow) -> None:
+        """Record an open file that has no row (its insert was lost with a power cut)."""
+        with self._lock:
+            self._db.execute(
+                "INSERT OR IGNORE INTO segments (id, topic, partition, state, format, first_index) "
+                "VALUES (?, ?, ?, 'open', ?, ?)",
+                (row.id, row.topic, row.partition, row.format, row.first_index),
+            )
+
+    def seal_segment(self, row: SegmentRow) -> None:
+        """Mark a segment sealed and advance the partition's next index, atomically."""
+        with self._lock, self._db:
+            self._db.execute("BEGIN")
+            self._db.execute(
+                "UPDATE segments SET state='sealed', end_index=?, rows=?, bytes=?, "
+                "min_time_ms=?, max_time_ms=?, path=?, sealed_at=? WHERE id=?",
+                (
+                    row.end_index,
+                    row.rows,
+                    row.bytes,
+                    row.min_time_ms,
+                    row.max_time_ms,
+                    row.path,
+                    row.sealed_at,
+                    row.id,
+                ),
+            )
+            self._advance(row.topic, row.partition, row.end_index)
+
+    def advance_next_index(self, topic: str, partition: str, next_index: Index) -> None:
+        with self._lock:
+            self._advance(topic, partition, next_index)
+
+    def _advance(self, topic: str, partition: str, next_index: Index) -> None:
+        self._db.execute(
+            "INSERT INTO partitions (topic, name, next_index) VALUES (?, ?, ?) "
+            "ON CONFLICT (topic, name) DO UPDATE SET "
+            "next_index = MAX(next_index, excluded.next_index)",
+            (topic, partition, next_index),
+        )
+
+    def drop_segment(self, segment_id: SegmentId) -> None:
+        with self._lock:
+            self._db.execute("DELETE FROM segments WHERE id = ?", (segment_id,))
+
+    def sealed_segments(self) -> list[SegmentRow]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, topic, partition, format, first_index, end_index, bytes, "
+                "min_time_ms, max_time_ms, path, sealed_at FROM segments "
+                "WHERE state = 'sealed' ORDER BY topic, partition, first_index"
+            ).fetchall()
+        return [
+            SegmentRow(SegmentId(r[0]), r[1], r[2], r[3], Index(r[4]), Index(r[5]), *r[6:])
+            for r in rows
+        ]
+
+    def open_segments(self) -> list[OpenRow]:
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT id, topic, partition, format, first_index FROM segments "
+                "WHERE state = 'open' ORDER BY id"
+            ).fetchall()
+        return [OpenRow(SegmentId(r[0]), r[1], r[2], r[3], Index(r[4])) for r in rows]
+
+
+def dump_json(value: object) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)

@@ -1,0 +1,252 @@
+"""One partition: its single writer, its open segment and its list of sealed segments.
+
+Invariants (all under ``self.lock``):
+
+* ``next_index`` is the index the next appended row gets; it only grows.
+* ``sealed`` is sorted by index; each element's rows are in a complete file
+  named by a committed manifest row.
+* ``sealing`` is the segment being written by the background sealer; at most
+  one at a time. When the open segment is full while it is still set, the
+  append is refused whole (``Busy``, HTTP 429): that is the load shedding.
+* Readers see ``sealed``, then ``sealing``, then the durable rows of ``open``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+
+from plateau.metrics import SEAL_SECONDS
+from plateau.storage.errors import Busy, InsufficientStorage, NotFound
+from plateau.storage.files import make_dirs, rename_durably
+from plateau.storage.manifest import Manifest, SegmentRow
+from plateau.storage.sealed import sealed_name, write_sealed
+from plateau.storage.segment import OpenSegment, time_bounds_ms
+from plateau.storage.topic_config import SegmentConfig
+from plateau.storage.types import Index, Span
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class PartitionView:
+    """What a reader may see, captured under the lock and read without it."""
+
+    sealed: list[SegmentRow]
+    pending: list[tuple[OpenSegment, int]]  # (sealing or open segment, visible rows)
+    start: Index
+    end: Index
+
+
+class Partition:
+    def __init__(
+        self,
+        topic: str,
+        name: str,
+        data_dir: Path,
+        manifest: Manifest,
+        sealer: Executor,
+        on_sealed: Callable[[str], None],
+        relaxed: bool,
+        next_index: Index,
+        sealed: list[SegmentRow],
+    ) -> None:
+        self.topic = topic
+        self.name = name
+        self.data_dir = data_dir
+        self.directory = data_dir / "topics" / topic / name
+        self.lock = threading.Lock()
+        self.next_index = next_index
+        self.sealed = sealed
+        self.open: OpenSegment | None = None
+        self.sealing: OpenSegment | None = None
+        self.seal_error: BaseException | None = None
+        self.deleted = False
+        self._manifest = manifest
+        self._sealer = sealer
+        self._on_sealed = on_sealed
+        self._relaxed = relaxed
+
+    # --- writing ----------------------------------------------------------------
+    def append(self, table: pa.Table, config: SegmentConfig) -> Span:
+        """Write all rows of ``table`` into the open segment and wait until durable."""
+        with self.lock:
+            if self.deleted:
+                raise NotFound(f"topic {self.topic!r} was deleted")
+            seg = self.open
+            if seg is not None and (
+                not seg.writable
+                or not seg.schema.equals(table.schema)
+                or seg.config != config
+                or seg.would_overflow(table.num_rows, table.nbytes)
+            ):
+                self._roll_locked()
+                seg = None
+            if seg is None:
+                seg = self._new_segment_locked(table.schema, config)
+            start = self.next_index
+            seq = seg.append(table)
+            self.next_index = Index(start + table.num_rows)
+        if not self._relaxed:
+            seg.commit.wait(seq)
+        return Span(start, start + table.num_rows)
+
+    def _new_segment_locked(self, schema: pa.Schema, config: SegmentConfig) -> OpenSegment:
+        make_dirs(self.directory)
+        seg_id = self._manifest.open_segment(self.topic, self.name, config.format, self.next_index)
+        self.open = OpenSegment.create(seg_id, self.next_index, schema, config, self.directory)
+        return self.open
+
+    def _roll_locked(self) -> None:
+        """Hand the open segment to the sealer; refuse (429/507) if the previous seal is unfinished."""
+        seg = self.open
+        if seg is None:
+            return
+        if self.sealing is not None:
+            if isinstance(self.seal_error, OSError) and self.seal_error.errno == 28:
+                raise InsufficientStorage(
+                    f"partition {self.topic}/{self.name}: volume full, cannot seal segment"
+                )
+            raise Busy(
+                f"partition {self.topic}/{self.name} is busy: the open segment is full "
+                "and the previous one is still being sealed",
+                retry_after=1.0,
+            )
+        self.open = None
+        if seg.rows == 0:
+            self._discard_empty(seg)
+            return
+        self.sealing = seg
+        self._sealer.submit(self._seal, seg)
+
+    def _discard_empty(self, seg: OpenSegment) -> None:
+        seg.finish_file()
+        seg.path.unlink(missing_ok=True)
+        self._manifest.drop_segment(seg.id)
+
+    def _seal(self, seg: OpenSegment) -> None:
+        """Background: make ``seg`` a sealed file, commit it, then let readers switch to it."""
+        started = time.perf_counter()
+        try:
+            row = seal_segment(self.topic, self.name, self.data_dir, seg)
+            self._manifest.seal_segment(row)
+            seg.path.unlink(missing_ok=True)  # the parquet write-ahead file, now redundant
+        except BaseException as exc:
+            log.exception("sealing %s failed; will retry", seg.path)
+            with self.lock:
+                self.seal_error = exc
+            return
+        SEAL_SECONDS.labels(seg.config.format).observe(time.perf_counter() - started)
+        with self.lock:
+            self.sealed.append(row)
+            self.sealing = None
+            self.seal_error = None
+        self._on_sealed(self.topic)
+
+    def retry_failed_seal(self) -> None:
+        with self.lock:
+            seg = self.sealing if self.seal_error is not None else None
+            self.seal_error = None if seg is None else self.seal_error
+        if seg is not None:
+            self._seal(seg)
+
+    def roll_if_old(self, now: float) -> None:
+        with self.lock:
+            if self.open is not None and self.sealing is None and self.open.too_old(now):
+                self._roll_locked()
+
+    def flush(self) -> None:
+        """Sync the open segment (relaxed durability's timer)."""
+        seg = self.open
+        if seg is not None:
+            try:
+                seg.commit.wait(seg.rows)
+            except (RuntimeError, ValueError, OSError):
+                pass  # sealed or closed meanwhile: its own seal synced it
+
+    def close(self) -> None:
+        """Seal the open segment synchronously (clean shutdown leaves nothing open)."""
+        while True:
+            with self.lock:
+                if self.sealing is None:
+                    seg = self.open
+                    self.open = None
+                    break
+            time.sleep(0.01)
+        if seg is None:
+            return
+        if seg.rows == 0:
+            self._discard_empty(seg)
+            return
+        with self.lock:
+            self.sealing = seg
+        self._seal(seg)
+
+    def abort(self) -> None:
+        """Stop writing without sealing (topic deletion)."""
+        with self.lock:
+            self.deleted = True
+            seg, self.open = self.open, None
+        if seg is not None:
+            seg.abort()
+
+    # --- reading ----------------------------------------------------------------
+    def view(self) -> PartitionView:
+        with self.lock:
+            pending = [
+                (seg, seg.rows if self._relaxed else seg.commit.synced)
+                for seg in (self.sealing, self.open)
+                if seg is not None
+            ]
+            sealed = list(self.sealed)
+        start = (
+            sealed[0].first_index
+            if sealed
+            else (pending[0][0].first_index if pending else self.next_index)
+        )
+        end = (
+            Index(pending[-1][0].first_index + pending[-1][1])
+            if pending
+            else (sealed[-1].end_index if sealed else self.next_index)
+        )
+        return PartitionView(sealed, pending, Index(start), end)
+
+    def remove_sealed(self, row: SegmentRow) -> None:
+        with self.lock:
+            self.sealed = [s for s in self.sealed if s.id != row.id]
+
+
+def seal_segment(topic: str, partition: str, data_dir: Path, seg: OpenSegment) -> SegmentRow:
+    """Write the sealed file of ``seg`` and describe it; the caller commits the row."""
+    fmt = seg.config.format
+    final = seg.path.with_name(sealed_name(seg.first_index, seg.id, fmt))
+    if fmt == "arrow" and seg.finish_file():
+        rename_durably(seg.path, final)
+    else:
+        seg.finish_file()
+        write_sealed(final, seg.table(), fmt, seg.config.compression)
+    assert seg.min_time_ms is not None and seg.max_time_ms is not None
+    return SegmentRow(
+        id=seg.id,
+        topic=topic,
+        partition=partition,
+        format=fmt,
+        first_index=seg.first_index,
+        end_index=seg.end_index,
+        bytes=final.stat().st_size,
+        min_time_ms=seg.min_time_ms,
+        max_time_ms=seg.max_time_ms,
+        path=str(final.relative_to(data_dir)),
+        sealed_at=time.time(),
+    )
+
+
+def describe_table(table: pa.Table) -> tuple[int, int]:
+    return time_bounds_ms(table.column("time"))

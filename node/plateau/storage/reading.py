@@ -1,0 +1,279 @@
+"""Reading records back: one partition from an index, or a whole topic with a cursor.
+
+A reply holds one schema: when the next segment's schema differs, the reply
+stops there with ``SchemaChange`` and the next request continues with the new
+schema (plateau's contract).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from plateau.storage.errors import InvalidInput
+from plateau.storage.partition import PartitionView
+from plateau.storage.sealed import ReaderCache
+from plateau.storage.types import (
+    Index,
+    Order,
+    PartitionRead,
+    RecordStatus,
+    Span,
+    TimeRange,
+    TopicRead,
+)
+
+
+def _time_mask(table: pa.Table, tr: TimeRange) -> pa.ChunkedArray:
+    col = table.column("time")
+    if pa.types.is_timestamp(col.type):
+        col = pc.cast(col, pa.timestamp("ms", tz=col.type.tz)).cast(pa.int64())
+    mask = None
+    if tr.start_ms is not None:
+        mask = pc.greater_equal(col, tr.start_ms)
+    if tr.end_ms is not None:
+        upper = pc.less_equal(col, tr.end_ms)
+        mask = upper if mask is None else pc.and_(mask, upper)
+    assert mask is not None
+    return mask
+
+
+class _Source:
+    """A run of rows ``[first, end)`` with one schema, readable by offset."""
+
+    def __init__(
+        self, first: int, end: int, schema: pa.Schema, times: tuple[int, int] | None, reader: object
+    ) -> None:
+        self.first = first
+        self.end = end
+        self.schema = schema
+        self.times = times
+        self._reader = reader
+
+    def read(self, start: int, count: int) -> pa.Table:
+        offset = start - self.first
+        reader = self._reader
+        if isinstance(reader, pa.Table):
+            return reader.slice(offset, count)
+        return reader.read(offset, count)  # type: ignore[attr-defined]
+
+
+def _sources(view: PartitionView, data_dir: Path, cache: ReaderCache) -> Iterator[_Source]:
+    for row in view.sealed:
+        reader = cache.get(row.id, data_dir / row.path, row.format)
+        yield _Source(
+            row.first_index,
+            row.end_index,
+            reader.schema,
+            (row.min_time_ms, row.max_time_ms),
+            reader,
+        )
+    for seg, visible in view.pending:
+        if visible > 0:
+            times = (seg.min_time_ms or 0, seg.max_time_ms or 0)
+            yield _Source(
+                seg.first_index, seg.first_index + visible, seg.schema, times, seg.table(visible)
+            )
+
+
+def read_range(
+    view: PartitionView,
+    data_dir: Path,
+    cache: ReaderCache,
+    start: int,
+    limit: int,
+    time_range: TimeRange | None,
+    max_bytes: int | None,
+) -> PartitionRead:
+    """Up to ``limit`` rows from ``start`` (clamped to the oldest retained index)."""
+    pos = max(start, view.start)
+    tables: list[pa.Table] = []
+    schema: pa.Schema | None = None
+    rows = 0
+    nbytes = 0
+    status = RecordStatus.ALL
+    first_pos = pos
+    for src in _sources(view, data_dir, cache):
+        if src.end <= pos:
+            continue
+        if rows >= limit:
+            status = RecordStatus.RECORD_LIMITED
+            break
+        if max_bytes is not None and nbytes >= max_bytes:
+            status = RecordStatus.BYTE_LIMITED
+            break
+        if time_range is not None and src.times is not None and not time_range.overlaps(*src.times):
+            pos = src.end
+            continue
+        if schema is not None and not src.schema.equals(schema):
+            status = RecordStatus.SCHEMA_CHANGE
+            break
+        while pos < src.end and rows < limit and (max_bytes is None or nbytes < max_bytes):
+            chunk = min(src.end - pos, limit - rows if time_range is None else max(limit, 1024))
+            table = src.read(pos, chunk)
+            read_rows = table.num_rows
+            if time_range is not None:
+                mask = _time_mask(table, time_range)
+                if rows + pc.sum(mask).as_py() > limit:
+                    # keep exactly up to the limit-th match, continue after it next time
+                    positions = pc.indices_nonzero(mask).to_pylist()
+                    cut = positions[limit - rows - 1] + 1
+                    table = table.slice(0, cut)
+                    mask = _time_mask(table, time_range)
+                    read_rows = cut
+                table = table.filter(mask)
+            if table.num_rows:
+                schema = src.schema
+                tables.append(table)
+            rows += table.num_rows
+            nbytes += table.nbytes
+            pos += read_rows
+        if pos < src.end:
+            status = RecordStatus.RECORD_LIMITED if rows >= limit else RecordStatus.BYTE_LIMITED
+            break
+    else:
+        status = RecordStatus.ALL
+    if pos >= view.end and status != RecordStatus.SCHEMA_CHANGE:
+        status = RecordStatus.ALL
+    table = pa.concat_tables(tables) if tables else _empty(view, data_dir, cache)
+    span = Span(first_pos, pos) if pos > first_pos else None
+    return PartitionRead(table, span, status)
+
+
+def _empty(view: PartitionView, data_dir: Path, cache: ReaderCache) -> pa.Table:
+    for src in _sources(view, data_dir, cache):
+        return src.schema.empty_table()
+    return pa.table({})
+
+
+def read_reverse(
+    view: PartitionView,
+    data_dir: Path,
+    cache: ReaderCache,
+    before: int,
+    limit: int,
+    time_range: TimeRange | None,
+    max_bytes: int | None,
+) -> tuple[PartitionRead, int]:
+    """Up to ``limit`` rows below ``before``, newest first, all of one schema.
+
+    Returns the read and the new exclusive upper bound for the cursor.
+    """
+    upper = min(before, view.end)
+    lo = max(view.start, upper - limit)
+    # stay within the newest run of one schema below ``upper``
+    run_start: int = view.start
+    schema: pa.Schema | None = None
+    for src in reversed(list(_sources(view, data_dir, cache))):
+        if src.first >= upper:
+            continue
+        if schema is not None and not src.schema.equals(schema):
+            run_start = src.end
+            break
+        schema = src.schema
+    lo = max(lo, run_start)
+    result = read_range(view, data_dir, cache, lo, max(upper - lo, 0), time_range, max_bytes)
+    table = result.table
+    flipped = table.take(pa.array(range(table.num_rows - 1, -1, -1), pa.int64()))
+    if lo > view.start:
+        status = RecordStatus.SCHEMA_CHANGE if lo == run_start else RecordStatus.RECORD_LIMITED
+    else:
+        status = RecordStatus.ALL
+    return PartitionRead(flipped, Span(lo, upper) if upper > lo else None, status), lo
+
+
+def select_partitions(names: list[str], selectors: list[str] | None) -> list[str]:
+    """plateau's partition_filter: exact names, or ``regex:`` patterns."""
+    if not selectors:
+        return sorted(names)
+    chosen: set[str] = set()
+    for sel in selectors:
+        if sel.startswith("regex:"):
+            try:
+                pattern = re.compile(sel[len("regex:") :])
+            except re.error as exc:
+                raise InvalidInput(f"bad partition_filter regex {sel!r}: {exc}") from exc
+            chosen.update(n for n in names if pattern.search(n))
+        else:
+            chosen.update(n for n in names if n == sel)
+    return sorted(chosen)
+
+
+def clamp(value: int, view: PartitionView) -> Index:
+    return Index(max(value, view.start))
+
+
+def iterate(
+    views: dict[str, PartitionView],
+    data_dir: Path,
+    cache: ReaderCache,
+    cursor: dict[str, int],
+    limit: int,
+    order: Order,
+    time_range: TimeRange | None,
+    max_bytes: int | None,
+) -> TopicRead:
+    """One page across partitions (sorted by name), all rows of one schema.
+
+    Each partition first gets an even share of ``limit`` so that one busy
+    partition cannot starve the others; what is left over goes to whoever still
+    has rows. ``next`` holds every selected partition's position.
+    """
+    desc = order == Order.DESC
+    nxt = {name: int(cursor.get(name, v.end if desc else v.start)) for name, v in views.items()}
+    if not desc:
+        nxt = {n: max(i, views[n].start) for n, i in nxt.items()}
+    tables: list[pa.Table] = []
+    schema: pa.Schema | None = None
+    rows = 0
+    nbytes = 0
+    stopped: RecordStatus | None = None
+    share = max(1, -(-limit // max(len(views), 1)))
+    for quota in (share, limit):
+        for name, view in views.items():
+            want = min(quota, limit - rows)
+            if want <= 0 or stopped in (RecordStatus.BYTE_LIMITED,):
+                break
+            if max_bytes is not None and nbytes >= max_bytes:
+                stopped = RecordStatus.BYTE_LIMITED
+                break
+            budget = None if max_bytes is None else max_bytes - nbytes
+            if desc:
+                if nxt[name] <= view.start:
+                    continue
+                result, new_pos = read_reverse(
+                    view, data_dir, cache, nxt[name], want, time_range, budget
+                )
+            else:
+                if nxt[name] >= view.end:
+                    continue
+                result = read_range(view, data_dir, cache, nxt[name], want, time_range, budget)
+                new_pos = result.span.end if result.span else nxt[name]
+            if (
+                result.table.num_rows
+                and schema is not None
+                and not result.table.schema.equals(schema)
+            ):
+                stopped = RecordStatus.SCHEMA_CHANGE
+                continue
+            if result.table.num_rows:
+                schema = result.table.schema
+                tables.append(result.table)
+            rows += result.table.num_rows
+            nbytes += result.table.nbytes
+            nxt[name] = new_pos
+    remaining = any((nxt[n] > v.start) if desc else (nxt[n] < v.end) for n, v in views.items())
+    if not remaining:
+        status = RecordStatus.ALL
+    elif stopped is not None:
+        status = stopped
+    elif max_bytes is not None and nbytes >= max_bytes:
+        status = RecordStatus.BYTE_LIMITED
+    else:
+        status = RecordStatus.RECORD_LIMITED
+    table = pa.concat_tables(tables) if tables else pa.table({})
+    return TopicRead(table, nxt, status)

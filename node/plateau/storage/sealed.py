@@ -1,0 +1,138 @@
+"""Sealed segments: writing them once, reading them many times.
+
+A sealed file is immutable and complete (``files.publish`` or the footer
+written, fsynced and renamed); the manifest row that names it is committed
+only afterwards.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from pathlib import Path
+from typing import BinaryIO
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from plateau.storage.files import publish
+from plateau.storage.types import SegmentId
+
+PARQUET_ROW_GROUP = 65_536
+
+
+def sealed_name(first_index: int, segment_id: int, fmt: str) -> str:
+    return f"{first_index:020d}-{segment_id}.{fmt}"
+
+
+def write_sealed(final: Path, table: pa.Table, fmt: str, compression: str) -> int:
+    """Write ``table`` as a complete sealed file at ``final``; returns its size in bytes."""
+    codec = None if compression == "none" else compression
+
+    def write(f: BinaryIO) -> None:
+        if fmt == "parquet":
+            pq.write_table(
+                table,
+                f,
+                row_group_size=PARQUET_ROW_GROUP,
+                compression=codec or "none",
+                write_statistics=True,
+            )
+        else:
+            options = pa.ipc.IpcWriteOptions(compression=codec)
+            with pa.ipc.new_file(f, table.schema, options=options) as writer:
+                writer.write_table(table)
+
+    return publish(final, write)
+
+
+def read_whole(path: Path, fmt: str) -> pa.Table:
+    if fmt == "parquet":
+        return pq.read_table(path)
+    with pa.memory_map(str(path)) as source:
+        return pa.ipc.open_file(source).read_all()
+
+
+class SegmentReader:
+    """Random access by row offset into one sealed file; safe to share between threads."""
+
+    def __init__(self, path: Path, fmt: str) -> None:
+        self._lock = threading.Lock()
+        self.fmt = fmt
+        self._source: pa.MemoryMappedFile | None = None
+        if fmt == "parquet":
+            self._parquet: pq.ParquetFile | None = pq.ParquetFile(path, memory_map=True)
+            meta = self._parquet.metadata
+            counts = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
+            self._ipc = None
+        else:
+            self._parquet = None
+            self._source = pa.memory_map(str(path))
+            self._ipc = pa.ipc.open_file(self._source)
+            counts = [self._ipc.get_batch(i).num_rows for i in range(self._ipc.num_record_batches)]
+        self._starts = [0]
+        for c in counts:
+            self._starts.append(self._starts[-1] + c)
+        self.schema: pa.Schema = (
+            self._parquet.schema_arrow if self._parquet is not None else self._ipc.schema  # type: ignore[union-attr]
+        )
+
+    @property
+    def rows(self) -> int:
+        return self._starts[-1]
+
+    def read(self, offset: int, count: int) -> pa.Table:
+        """Rows ``[offset, offset + count)`` of the segment."""
+        end = min(offset + count, self.rows)
+        if end <= offset:
+            return self.schema.empty_table()
+        first = _chunk_of(self._starts, offset)
+        last = _chunk_of(self._starts, end - 1)
+        with self._lock:
+            if self._parquet is not None:
+                table = self._parquet.read_row_groups(list(range(first, last + 1)))
+            else:
+                assert self._ipc is not None
+                table = pa.Table.from_batches(
+                    [self._ipc.get_batch(i) for i in range(first, last + 1)], schema=self.schema
+                )
+        base = self._starts[first]
+        return table.slice(offset - base, end - offset)
+
+    def close(self) -> None:
+        if self._source is not None:
+            self._source.close()
+
+
+def _chunk_of(starts: list[int], row: int) -> int:
+    import bisect
+
+    return bisect.bisect_right(starts, row) - 1
+
+
+class ReaderCache:
+    """Open readers by segment id, least recently used evicted first."""
+
+    def __init__(self, capacity: int = 256) -> None:
+        self._lock = threading.Lock()
+        self._capacity = capacity
+        self._readers: OrderedDict[SegmentId, SegmentReader] = OrderedDict()
+
+    def get(self, segment_id: SegmentId, path: Path, fmt: str) -> SegmentReader:
+        with self._lock:
+            reader = self._readers.get(segment_id)
+            if reader is not None:
+                self._readers.move_to_end(segment_id)
+                return reader
+        reader = SegmentReader(path, fmt)
+        with self._lock:
+            self._readers[segment_id] = reader
+            while len(self._readers) > self._capacity:
+                _, old = self._readers.popitem(last=False)
+                old.close()
+        return reader
+
+    def evict(self, segment_id: SegmentId) -> None:
+        """Drop a deleted segment's reader; a read in flight keeps its mapping until it ends."""
+        with self._lock:
+            self._readers.pop(segment_id, None)

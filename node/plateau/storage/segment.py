@@ -1,0 +1,176 @@
+"""The open segment of a partition: an Arrow IPC file appended in place, plus its rows in memory.
+
+Both formats append to ``<first>-<id>.open`` with pyarrow's IPC *file*
+writer: magic, schema, then one message per batch, flushed and fsynced
+(group commit) before the append is acknowledged. For ``arrow`` that file is
+the segment: sealing writes the footer and renames it. For ``parquet`` it is
+the write-ahead file: sealing writes a Parquet file from the rows kept in
+memory and then deletes it. After a crash the messages before a torn tail
+are read back as a stream (``recovery.read_open_file``).
+
+The rows are also kept in memory (bounded by ``segment.max_bytes``) so that
+readers see the open segment without touching the file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import BinaryIO
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from plateau.storage.group_commit import GroupCommit
+from plateau.storage.topic_config import SegmentConfig
+from plateau.storage.types import Index, SegmentId
+
+WRITE_BUFFER = 4 * 1024 * 1024
+
+
+def time_bounds_ms(column: pa.ChunkedArray | pa.Array) -> tuple[int, int]:
+    """Min and max of a ``time`` column in epoch milliseconds."""
+    if pa.types.is_timestamp(column.type):
+        column = pc.cast(column, pa.timestamp("ms", tz=column.type.tz)).cast(pa.int64())
+    mm = pc.min_max(column)
+    return int(mm["min"].as_py()), int(mm["max"].as_py())
+
+
+@dataclass
+class OpenSegment:
+    """State of one open (or being sealed) segment; mutated only under the partition lock."""
+
+    id: SegmentId
+    first_index: Index
+    schema: pa.Schema
+    config: SegmentConfig
+    path: Path
+    created: float = field(default_factory=time.monotonic)
+    batches: list[pa.RecordBatch] = field(default_factory=list)
+    rows: int = 0
+    nbytes: int = 0
+    min_time_ms: int | None = None
+    max_time_ms: int | None = None
+    _file: BinaryIO | None = None
+    _writer: pa.ipc.RecordBatchFileWriter | None = None
+    commit: GroupCommit = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.commit = GroupCommit(self._fsync)
+
+    @classmethod
+    def create(
+        cls,
+        segment_id: SegmentId,
+        first_index: Index,
+        schema: pa.Schema,
+        config: SegmentConfig,
+        directory: Path,
+    ) -> OpenSegment:
+        path = directory / f"{first_index:020d}-{segment_id}.open"
+        seg = cls(segment_id, first_index, schema, config, path)
+        seg._file = path.open("xb", buffering=WRITE_BUFFER)
+        options = pa.ipc.IpcWriteOptions(compression=cls.ipc_compression(config))
+        seg._writer = pa.ipc.new_file(seg._file, schema, options=options)
+        return seg
+
+    @staticmethod
+    def ipc_compression(config: SegmentConfig) -> str | None:
+        """The open file is the sealed file for ``arrow``; the WAL of ``parquet`` stays raw (CPU)."""
+        if config.format != "arrow" or config.compression == "none":
+            return None
+        return config.compression
+
+    @property
+    def end_index(self) -> Index:
+        return Index(self.first_index + self.rows)
+
+    @property
+    def writable(self) -> bool:
+        return self._writer is not None
+
+    def would_overflow(self, rows: int, nbytes: int) -> bool:
+        """An empty segment takes any append whole; otherwise the limits apply."""
+        if self.rows == 0:
+            return False
+        return (
+            self.rows + rows > self.config.max_rows or self.nbytes + nbytes > self.config.max_bytes
+        )
+
+    def too_old(self, now: float) -> bool:
+        return self.rows > 0 and now - self.created >= self.config.max_age_seconds
+
+    def append(self, table: pa.Table) -> int:
+        """Write ``table`` to the file and memory; returns the sequence to wait on for durability.
+
+        On a write error the file is cut back to where it was, so the file never
+        holds a half batch that a later append would follow.
+        """
+        assert self._file is not None and self._writer is not None
+        batches = table.to_batches()
+        pos = self._file.tell()
+        try:
+            for batch in batches:
+                self._writer.write_batch(batch)
+            self._file.flush()
+        except BaseException:
+            self._abandon_writer(pos)
+            raise
+        lo, hi = time_bounds_ms(table.column("time"))
+        self.min_time_ms = lo if self.min_time_ms is None else min(self.min_time_ms, lo)
+        self.max_time_ms = hi if self.max_time_ms is None else max(self.max_time_ms, hi)
+        self.batches.extend(batches)
+        self.rows += table.num_rows
+        self.nbytes += table.nbytes
+        self.commit.written(self.rows)
+        return self.rows
+
+    def _abandon_writer(self, pos: int) -> None:
+        """After a failed write the pyarrow writer's state is unknown: stop using it.
+
+        The file is truncated to the last complete batch; the segment is then
+        sealed by rewriting it from memory (``sealer``), as recovery does.
+        """
+        file = self._file
+        self._writer = None
+        self._file = None
+        if file is None:
+            return
+        with contextlib.suppress(OSError):
+            file.truncate(pos)
+        with contextlib.suppress(OSError):
+            file.close()
+
+    def _fsync(self) -> None:
+        if self._file is not None:
+            os.fsync(self._file.fileno())
+
+    def finish_file(self) -> bool:
+        """Sync and close the open file; write the footer. False if the writer was abandoned."""
+        ok = [False]
+
+        def final() -> None:
+            if self._writer is None or self._file is None:
+                return
+            self._writer.close()
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+            self._writer = None
+            self._file = None
+            ok[0] = True
+
+        self.commit.close(final)
+        return ok[0]
+
+    def abort(self) -> None:
+        """Close without a footer (shutdown after a failure); the file stays for recovery."""
+        self._abandon_writer(self._file.tell() if self._file is not None else 0)
+
+    def table(self, rows: int | None = None) -> pa.Table:
+        """The first ``rows`` rows (all by default) as one table."""
+        table = pa.Table.from_batches(self.batches, schema=self.schema)
+        return table if rows is None else table.slice(0, rows)
