@@ -68,6 +68,8 @@ class Engine:
         self._snapshot = SnapshotWriter(self.data_dir)
         self._sealer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sealer")
         self._lock = threading.RLock()
+        self._retention_lock = threading.Lock()
+        self._snapshot_lock = threading.Lock()
         self._relaxed = settings.durability.mode == "relaxed"
         self._closed = threading.Event()
         self._topics: dict[str, Topic] = {}
@@ -81,7 +83,7 @@ class Engine:
             self._topics[name] = topic
             TOPIC_BUDGET_BYTES.labels(name).set(config.retention.max_bytes)
         for name in self._topics:
-            self._enforce(name)
+            self._enforce(name, publish=False)
         self._publish_snapshot()
         self._timer = threading.Thread(target=self._tick_loop, name="retention", daemon=True)
         self._timer.start()
@@ -161,8 +163,7 @@ class Engine:
                     if p not in existing.partitions:
                         existing.partitions[p] = self._partition(topic, p, Index(0), [])
         TOPIC_BUDGET_BYTES.labels(topic).set(config.retention.max_bytes)
-        self._enforce(topic)  # a lowered budget takes effect at once
-        self._publish_snapshot()
+        self._enforce(topic, publish=True)  # a lowered budget takes effect at once
         return config, created
 
     def _check_budget(self, topic: str, config: TopicConfig) -> None:
@@ -328,23 +329,33 @@ class Engine:
 
     # --- background -------------------------------------------------------------
     def _on_sealed(self, topic: str) -> None:
-        self._enforce(topic)
-        self._publish_snapshot()
+        self._enforce(topic, publish=True)
 
-    def _enforce(self, topic: str) -> int:
+    def _enforce(self, topic: str, publish: bool) -> int:
+        """Retention for one topic; with ``publish`` the snapshot is always republished."""
         with self._lock:
             t = self._topics.get(topic)
         if t is None:
             return 0
-        with t.lock:
-            parts = list(t.partitions.values())
-        deleted = retention.enforce(
-            topic, parts, t.config.retention, self._manifest, self._cache, self.data_dir
-        )
+        with self._retention_lock:
+            with t.lock:
+                parts = list(t.partitions.values())
+            doomed = retention.enforce(
+                topic, parts, t.config.retention, self._manifest, self._cache, self.data_dir
+            )
+            if doomed or publish:
+                self._publish_snapshot()
+            for path in doomed:
+                path.unlink(missing_ok=True)
         TOPIC_BYTES.labels(topic).set(sum(r.bytes for p in parts for r in p.view().sealed))
-        return deleted
+        return len(doomed)
 
     def _publish_snapshot(self) -> None:
+        with self._snapshot_lock:
+            self._publish_snapshot_locked()
+
+    def _publish_snapshot_locked(self) -> None:
+        """Collect and write under one lock, so an older view never overwrites a newer one."""
         doc: dict[str, object] = {}
         with self._lock:
             topics = list(self._topics.values())
@@ -388,7 +399,6 @@ class Engine:
                 last_retention = now
                 for t in topics:
                     try:
-                        if self._enforce(t.name):
-                            self._publish_snapshot()
+                        self._enforce(t.name, publish=False)
                     except Exception:
                         log.exception("retention of %s failed", t.name)

@@ -33,6 +33,7 @@ from plateau.storage.topic_config import SegmentConfig
 from plateau.storage.types import Index, Span
 
 log = logging.getLogger(__name__)
+SCHEMA_CHANGE_WAIT = 5.0  # seconds an append with a new schema waits for the previous seal
 
 
 @dataclass(frozen=True)
@@ -63,6 +64,7 @@ class Partition:
         self.data_dir = data_dir
         self.directory = data_dir / "topics" / topic / name
         self.lock = threading.Lock()
+        self._sealed = threading.Condition(self.lock)
         self.next_index = next_index
         self.sealed = sealed
         self.open: OpenSegment | None = None
@@ -77,18 +79,28 @@ class Partition:
     # --- writing ----------------------------------------------------------------
     def append(self, table: pa.Table, config: SegmentConfig) -> Span:
         """Write all rows of ``table`` into the open segment and wait until durable."""
+        deadline = time.monotonic() + SCHEMA_CHANGE_WAIT
         with self.lock:
-            if self.deleted:
-                raise NotFound(f"topic {self.topic!r} was deleted")
-            seg = self.open
-            if seg is not None and (
-                not seg.writable
-                or not seg.schema.equals(table.schema)
-                or seg.config != config
-                or seg.would_overflow(table.num_rows, table.nbytes)
-            ):
+            while True:
+                if self.deleted:
+                    raise NotFound(f"topic {self.topic!r} was deleted")
+                seg = self.open
+                if seg is None:
+                    break
+                changed = (
+                    not seg.writable or not seg.schema.equals(table.schema) or seg.config != config
+                )
+                if not changed and not seg.would_overflow(table.num_rows, table.nbytes):
+                    break
+                if changed and self.sealing is not None and self.seal_error is None:
+                    # not load: a new schema or config just needs the sealer to finish
+                    left = deadline - time.monotonic()
+                    if left > 0:
+                        self._sealed.wait(left)
+                        continue
                 self._roll_locked()
                 seg = None
+                break
             if seg is None:
                 seg = self._new_segment_locked(table.schema, config)
             start = self.next_index
@@ -148,12 +160,14 @@ class Partition:
             self.sealed.append(row)
             self.sealing = None
             self.seal_error = None
+            self._sealed.notify_all()
         self._on_sealed(self.topic)
 
     def retry_failed_seal(self) -> None:
+        """Try a failed seal again; clearing the error first makes one thread the retrier."""
         with self.lock:
             seg = self.sealing if self.seal_error is not None else None
-            self.seal_error = None if seg is None else self.seal_error
+            self.seal_error = None
         if seg is not None:
             self._seal(seg)
 
@@ -172,14 +186,28 @@ class Partition:
                 pass  # sealed or closed meanwhile: its own seal synced it
 
     def close(self) -> None:
-        """Seal the open segment synchronously (clean shutdown leaves nothing open)."""
-        while True:
+        """Seal the open segment synchronously (clean shutdown leaves nothing open).
+
+        A seal that keeps failing (volume full) is given up after a few tries:
+        its ``.open`` file stays, and recovery seals it on the next start.
+        """
+        for _ in range(3000):
             with self.lock:
-                if self.sealing is None:
-                    seg = self.open
-                    self.open = None
+                busy = self.sealing is not None
+                failed = self.seal_error is not None
+                if not busy:
+                    seg, self.open = self.open, None
                     break
+            if failed:
+                self.retry_failed_seal()
+                with self.lock:
+                    if self.seal_error is not None:
+                        raise RuntimeError(f"cannot seal {self.topic}/{self.name}") from (
+                            self.seal_error
+                        )
             time.sleep(0.01)
+        else:
+            raise RuntimeError(f"timed out waiting for {self.topic}/{self.name} to seal")
         if seg is None:
             return
         if seg.rows == 0:

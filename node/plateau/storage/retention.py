@@ -59,8 +59,12 @@ def enforce(
     manifest: Manifest,
     cache: ReaderCache,
     data_dir: Path,
-) -> int:
-    """Apply ``plan`` to a topic; returns the number of segments deleted."""
+) -> list[Path]:
+    """Apply ``plan`` to the manifest and the partitions; returns the files to unlink.
+
+    The caller publishes a snapshot that no longer names them *before*
+    unlinking, so ``snapshot.json`` never lists a file that is already gone.
+    """
     by_partition = {p.name: p for p in partitions}
     rows = [row for p in partitions for row in p.view().sealed]
     deletions = plan(rows, config, int(time.time() * 1000))
@@ -68,8 +72,7 @@ def enforce(
         manifest.drop_segment(d.row.id)
         by_partition[d.row.partition].remove_sealed(d.row)
         cache.evict(d.row.id)
-        (data_dir / d.row.path).unlink(missing_ok=True)
         RETENTION_DELETED_SEGMENTS.labels(topic, d.reason).inc()
         RETENTION_DELETED_BYTES.labels(topic).inc(d.row.bytes)
-        log.info("retention (%s) deleted %s", d.reason, d.row.path)
-    return len(deletions)
+        log.info("retention (%s) deletes %s", d.reason, d.row.path)
+    return [data_dir / d.row.path for d in deletions]
