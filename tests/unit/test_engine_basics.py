@@ -109,7 +109,7 @@ def test_budgets_must_fit_the_node(make_engine: EngineFactory) -> None:
 
 def test_put_topic_is_idempotent_and_partial(make_engine: EngineFactory) -> None:
     e = make_engine()
-    first, created = e.put_topic("t", cfg(partitions=2, segment={"format": "arrow"}))
+    _, created = e.put_topic("t", cfg(partitions=2, segment={"format": "arrow"}))
     assert created
     again, created = e.put_topic("t", cfg(retention={"max_bytes": 5000}))
     assert not created

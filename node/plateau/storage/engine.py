@@ -144,7 +144,7 @@ class Engine:
         return cap, int(cap * self.settings.reserve_fraction)
 
     def put_topic(self, topic: str, request: TopicConfigRequest) -> tuple[TopicConfig, bool]:
-        """Create or update; returns (config, created). Conflict (409) if the budget does not fit."""
+        """Create or update; returns (config, created). 409 if the budget does not fit."""
         check_name("topic", topic)
         with self._lock:
             existing = self._topics.get(topic)

@@ -80,6 +80,7 @@ class Partition:
     def append(self, table: pa.Table, config: SegmentConfig) -> Span:
         """Write all rows of ``table`` into the open segment and wait until durable."""
         deadline = time.monotonic() + SCHEMA_CHANGE_WAIT
+        seg: OpenSegment | None = None
         with self.lock:
             while True:
                 if self.deleted:
@@ -117,7 +118,7 @@ class Partition:
         return self.open
 
     def _roll_locked(self) -> None:
-        """Hand the open segment to the sealer; refuse (429/507) if the previous seal is unfinished."""
+        """Hand the open segment to the sealer; 429 (or 507) while the previous seal is unfinished."""
         seg = self.open
         if seg is None:
             return

@@ -79,7 +79,7 @@ class OpenSegment:
 
     @staticmethod
     def ipc_compression(config: SegmentConfig) -> str | None:
-        """The open file is the sealed file for ``arrow``; the WAL of ``parquet`` stays raw (CPU)."""
+        """The open file is the sealed file for ``arrow``; a ``parquet`` WAL stays raw (CPU)."""
         if config.format != "arrow" or config.compression == "none":
             return None
         return config.compression
