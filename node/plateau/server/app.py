@@ -1,0 +1,89 @@
+"""The ASGI app: routes, error handlers and the engine's lifetime.
+
+``create_app`` takes an already open engine so that recovery (which can take
+a while on a large data directory) finishes before the port is bound: a
+client never sees a node that accepts connections but cannot serve them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+from fastapi import FastAPI
+from starlette.concurrency import run_in_threadpool
+
+from plateau.server import routes_admin, routes_data, routes_ops
+from plateau.server.errors import install_error_handlers
+from plateau.server.state import NodeState
+from plateau.settings import NodeSettings
+from plateau.storage.engine import Engine
+from plateau.storage.topic_config import TopicConfigRequest
+
+DESCRIPTION = """\
+A plateau node: plateau's HTTP API (append Arrow or JSON records to a topic
+partition, read a partition, iterate a topic with a cursor) plus topic
+administration, health and metrics.
+
+Errors are JSON `{"message", "code"}`. Writes and `/admin` need
+`Authorization: Bearer <token>` when the node has a token; reads need the read
+token when one is configured.
+"""
+
+
+def create_app(settings: NodeSettings, engine: Engine, *, close_engine: bool = True) -> FastAPI:
+    """Build the app around ``engine``; with ``close_engine`` its shutdown closes the engine."""
+    state = NodeState(settings, engine)
+
+    @asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        state.ready = True
+        try:
+            yield
+        finally:
+            state.ready = False
+            if close_engine and not state.engine_closed:
+                state.engine_closed = True
+                await run_in_threadpool(engine.close)
+
+    app = FastAPI(
+        title="plateau node",
+        description=DESCRIPTION,
+        version=_version(),
+        lifespan=lifespan,
+    )
+    app.state.plateau = state
+    install_error_handlers(app)
+    app.include_router(routes_ops.router)
+    app.include_router(routes_data.router)
+    app.include_router(routes_admin.router)
+    _document_manual_bodies(app)
+    return app
+
+
+def _document_manual_bodies(app: FastAPI) -> None:
+    """Add the schemas of bodies the routes parse themselves (see ``routes_admin``) to OpenAPI."""
+    base = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is not None:
+            return app.openapi_schema
+        schema = base()
+        components = schema.setdefault("components", {}).setdefault("schemas", {})
+        model = TopicConfigRequest.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(model.pop("$defs", {}))
+        components["TopicConfigRequest"] = model
+        app.openapi_schema = schema
+        return schema
+
+    app.openapi = openapi  # type: ignore[method-assign]
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("plateau-k8s")
+    except PackageNotFoundError:
+        return "0+unknown"

@@ -1,0 +1,43 @@
+"""Request bodies read with a size limit, so an oversize append is refused early.
+
+The declared Content-Length is checked before a byte is read; the running
+total is checked while streaming (chunked bodies, lying clients). Chunks are
+joined once: that join is the only copy of the body the server makes.
+"""
+
+from __future__ import annotations
+
+from starlette.requests import Request
+
+from plateau.storage.errors import InvalidInput, PayloadTooLarge
+
+
+def _too_large(limit: int) -> PayloadTooLarge:
+    return PayloadTooLarge(
+        f"request body exceeds {limit} bytes; split it into smaller appends", max_bytes=limit
+    )
+
+
+def check_declared_length(request: Request, limit: int) -> None:
+    declared = request.headers.get("content-length")
+    if declared is None:
+        return
+    try:
+        length = int(declared)
+    except ValueError:
+        raise InvalidInput(f"bad Content-Length {declared!r}") from None
+    if length > limit:
+        raise _too_large(limit)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    check_declared_length(request, limit)
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit)
+        if chunk:
+            chunks.append(chunk)
+    return b"".join(chunks)

@@ -1,0 +1,102 @@
+"""One error shape for every route: JSON ``{"message", "code"}``.
+
+plateau's clients parse this body on any non-2xx reply, so engine errors,
+FastAPI's validation errors and Starlette's routing errors (404/405) all go
+through the handlers installed here instead of FastAPI's defaults (which
+answer 422 and ``{"detail": ...}``).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from plateau.storage.errors import Busy, PayloadTooLarge, PlateauError
+
+log = logging.getLogger("plateau.server")
+
+MAX_REQUEST_SIZE_HEADER = "x-max-request-size"
+
+
+class Unauthorized(PlateauError):
+    """Missing or wrong bearer token."""
+
+    status = 401
+
+
+class UnsupportedMediaType(PlateauError):
+    """The append body's Content-Type is not one the node decodes."""
+
+    status = 415
+
+
+def error_response(
+    status: int, message: str, headers: Mapping[str, str] | None = None
+) -> JSONResponse:
+    return JSONResponse({"message": message, "code": status}, status, headers=headers)
+
+
+def error_headers(exc: PlateauError) -> dict[str, str]:
+    """Headers that let a client act on the error without parsing the message."""
+    if isinstance(exc, Busy):
+        return {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
+    if isinstance(exc, PayloadTooLarge):
+        return {MAX_REQUEST_SIZE_HEADER: str(exc.max_bytes)}
+    if isinstance(exc, Unauthorized):
+        return {"WWW-Authenticate": "Bearer"}
+    return {}
+
+
+def describe_validation_errors(errors: Sequence[Any]) -> str:
+    """Flatten pydantic errors into one line that names the offending parameter or field."""
+    parts = []
+    for err in errors:
+        loc = [str(p) for p in err.get("loc", ())]
+        if err.get("type") == "json_invalid":
+            parts.append(f"malformed JSON: {(err.get('ctx') or {}).get('error', 'cannot parse')}")
+            continue
+        if loc and loc[0] in ("query", "path", "header"):
+            where = f"{loc[0]} parameter {'.'.join(loc[1:])}"
+        elif loc and loc[0] == "body":
+            where = ".".join(loc[1:]) or "body"
+        else:
+            where = ".".join(loc) or "body"
+        parts.append(f"{where}: {err.get('msg', 'invalid')}")
+    return "; ".join(parts) or "invalid request"
+
+
+async def _plateau_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, PlateauError)
+    if exc.status >= 500:
+        log.warning("%s %s -> %d: %s", request.method, request.url.path, exc.status, exc.message)
+    return error_response(exc.status, exc.message, error_headers(exc))
+
+
+async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, RequestValidationError)
+    return error_response(400, describe_validation_errors(exc.errors()))
+
+
+async def _http_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, StarletteHTTPException)
+    message = exc.detail if isinstance(exc.detail, str) else str(exc.detail)
+    return error_response(exc.status_code, message, exc.headers)
+
+
+async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
+    log.exception("%s %s failed", request.method, request.url.path, exc_info=exc)
+    return error_response(500, f"internal error: {type(exc).__name__}")
+
+
+def install_error_handlers(app: FastAPI) -> None:
+    app.add_exception_handler(PlateauError, _plateau_error)
+    app.add_exception_handler(RequestValidationError, _validation_error)
+    app.add_exception_handler(StarletteHTTPException, _http_error)
+    app.add_exception_handler(Exception, _unexpected_error)

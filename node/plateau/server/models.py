@@ -1,0 +1,92 @@
+"""Reply shapes, declared for ``/docs`` and ``/openapi.json``.
+
+Hot routes build their JSON directly (no per-reply validation cost); these
+models document what they send and are what the admin routes validate against.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from plateau.storage.topic_config import TopicConfig
+from plateau.storage.types import RecordStatus
+
+
+class ErrorReply(BaseModel):
+    message: str = Field(description="What went wrong, for a human.")
+    code: int = Field(description="The HTTP status, repeated.")
+
+
+class SpanModel(BaseModel):
+    start: int = Field(description="First index (inclusive).")
+    end: int = Field(description="End index (exclusive).")
+
+
+class Inserted(BaseModel):
+    span: SpanModel
+
+
+class TopicName(BaseModel):
+    name: str
+
+
+class Topics(BaseModel):
+    topics: list[TopicName]
+
+
+class Partitions(BaseModel):
+    partitions: dict[str, SpanModel] = Field(description="Readable span of each partition.")
+    bytes: int = Field(description="Bytes the topic occupies on disk.")
+
+
+class Records(BaseModel):
+    span: SpanModel | None = Field(description="Indexes covered; null when nothing was read.")
+    status: RecordStatus
+    records: list[dict[str, Any]] = Field(
+        description="One object per record. Binary values are base64 strings, timestamps "
+        "ISO 8601 strings, NaN and infinities null."
+    )
+
+
+class TopicRecords(BaseModel):
+    records: list[dict[str, Any]]
+    status: RecordStatus
+    next: dict[str, int] = Field(description="Cursor to send as the body of the next call.")
+
+
+class PartitionUsageModel(BaseModel):
+    start: int
+    end: int
+    bytes: int
+    records: int
+    segments: int
+
+
+class TopicUsageModel(BaseModel):
+    bytes: int
+    records: int
+    partitions: dict[str, PartitionUsageModel]
+
+
+class TopicStatus(TopicConfig):
+    """A topic's resolved configuration plus what it stores now."""
+
+    usage: TopicUsageModel
+
+
+class NodeUsageModel(BaseModel):
+    capacity_bytes: int = Field(description="Bytes the node may allocate to topic budgets.")
+    reserve_bytes: int = Field(description="Part of capacity kept free of budgets.")
+    allocated_bytes: int = Field(description="Sum of all topic budgets.")
+    used_bytes: int = Field(description="Bytes stored.")
+    free_disk_bytes: int = Field(description="Free space on the data volume.")
+    topics: int
+
+
+ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
+    400: {"model": ErrorReply, "description": "Bad input; nothing was changed."},
+    401: {"model": ErrorReply, "description": "Missing or wrong bearer token."},
+    404: {"model": ErrorReply, "description": "Unknown topic."},
+}

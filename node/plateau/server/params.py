@@ -1,0 +1,106 @@
+"""Query parameters and the iteration cursor: parsed and checked before the engine sees them.
+
+Everything here is a pure function raising ``InvalidInput`` (400), so a bad
+parameter is refused before any work and the unit tests need no server.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime
+from typing import Any
+
+from plateau.storage.errors import InvalidInput
+from plateau.storage.names import check_name
+from plateau.storage.types import TimeRange
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_INTEGER = re.compile(r"[+-]?[0-9]{1,19}")
+REGEX_PREFIX = "regex:"
+MAX_REGEX_CHARS = 256
+MAX_CURSOR_PARTITIONS = 100_000
+
+
+def parse_time(value: str, param: str, *, upper: bool) -> int:
+    """RFC3339 (as plateau takes it) or integer epoch milliseconds, to epoch ms.
+
+    Sub-millisecond fractions round inward, because both bounds are inclusive:
+    a lower bound rounds up and an upper bound rounds down, so no record
+    outside the requested interval is returned.
+    """
+    text = value.strip()
+    if _INTEGER.fullmatch(text):
+        return int(text)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        moment = None
+    if moment is None:
+        raise InvalidInput(
+            f"{param}={value!r} is not RFC3339 (like 2024-01-02T03:04:05Z) nor epoch milliseconds"
+        )
+    if moment.tzinfo is None:
+        raise InvalidInput(f"{param}={value!r} needs a UTC offset, for example a trailing 'Z'")
+    delta = moment - _EPOCH
+    micros = (delta.days * 86_400 + delta.seconds) * 1_000_000 + delta.microseconds
+    return micros // 1000 if upper else -(-micros // 1000)
+
+
+def time_range(start: str | None, end: str | None) -> TimeRange | None:
+    """``None`` when neither bound is given, so the engine takes its index-only path."""
+    if start is None and end is None:
+        return None
+    start_ms = parse_time(start, "time.start", upper=False) if start is not None else None
+    end_ms = parse_time(end, "time.end", upper=True) if end is not None else None
+    if start_ms is not None and end_ms is not None and end_ms < start_ms:
+        raise InvalidInput(f"time.end ({end}) is before time.start ({start})")
+    return TimeRange(start_ms, end_ms)
+
+
+def partition_filter(*lists: list[str] | None) -> list[str] | None:
+    """Merge ``partition_filter`` and ``partition_filter[]`` (clients send either).
+
+    Items are partition names or ``regex:<pattern>``; the pattern must compile
+    and is length-capped so that one query cannot make matching expensive.
+    """
+    items = [item for values in lists if values for item in values]
+    if not items:
+        return None
+    for item in items:
+        if item.startswith(REGEX_PREFIX):
+            pattern = item[len(REGEX_PREFIX) :]
+            if len(pattern) > MAX_REGEX_CHARS:
+                raise InvalidInput(f"partition_filter regex longer than {MAX_REGEX_CHARS} chars")
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise InvalidInput(f"partition_filter {item!r}: bad regex: {exc}") from exc
+        else:
+            check_name("partition", item)
+    return items
+
+
+def parse_cursor(body: bytes) -> dict[str, int]:
+    """The iteration cursor ``{partition: next_index}``; an empty body means from the start."""
+    if not body.strip():
+        return {}
+    try:
+        value: Any = json.loads(body)
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise InvalidInput(f"cursor is not valid JSON: {exc}") from exc
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise InvalidInput("cursor must be a JSON object {partition: next_index}")
+    if len(value) > MAX_CURSOR_PARTITIONS:
+        raise InvalidInput(f"cursor names more than {MAX_CURSOR_PARTITIONS} partitions")
+    cursor: dict[str, int] = {}
+    for name, index in value.items():
+        check_name("partition", name)
+        if isinstance(index, bool) or not isinstance(index, int) or index < 0:
+            raise InvalidInput(
+                f"cursor index for partition {name!r} must be a non-negative integer, got {index!r}"
+            )
+        cursor[name] = index
+    return cursor

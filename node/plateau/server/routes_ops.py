@@ -1,0 +1,39 @@
+"""Liveness, readiness and metrics: always open, so probes and scrapers need no token."""
+
+from __future__ import annotations
+
+from fastapi import APIRouter, Request, Response
+from prometheus_client import REGISTRY, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
+
+from plateau.server.errors import error_response
+from plateau.server.jsonout import json_reply
+from plateau.server.state import node_state
+
+router = APIRouter(tags=["operations"])
+
+
+@router.get("/ok", summary="Liveness (plateau's route)")
+async def ok() -> Response:
+    return json_reply({"ok": "true", "status": "ok"})
+
+
+@router.get("/healthz", summary="Liveness: the process answers")
+async def healthz() -> Response:
+    return json_reply({"status": "ok"})
+
+
+@router.get(
+    "/readyz",
+    summary="Readiness: the engine is open and the node is not shutting down",
+    responses={503: {"description": "Starting or shutting down."}},
+)
+async def readyz(request: Request) -> Response:
+    if not node_state(request).ready:
+        return error_response(503, "not ready: the node is starting or shutting down")
+    return json_reply({"status": "ready"})
+
+
+@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+async def metrics() -> Response:
+    return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_PLAIN_0_0_4)

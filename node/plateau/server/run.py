@@ -1,0 +1,95 @@
+"""``plateau node``: open the engine, serve HTTP, close the engine on SIGTERM/SIGINT.
+
+One uvicorn worker: the engine owns the data directory and its partition
+writers, so a second process must never open it. httptools and uvloop keep
+per-request overhead low; the access log is off unless the log level is
+``debug`` (at hundreds of appends per second it costs noticeable CPU).
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+from types import FrameType
+
+import uvicorn
+
+from plateau.server.app import create_app
+from plateau.server.state import NodeState
+from plateau.settings import NodeSettings
+from plateau.storage.engine import Engine
+from plateau.storage.errors import PlateauError
+
+log = logging.getLogger("plateau.server")
+
+GRACEFUL_SHUTDOWN_SECONDS = 5
+
+
+def parse_bind(bind: str) -> tuple[str, int]:
+    """``HOST:PORT``, ``[IPv6]:PORT`` or ``:PORT`` (all interfaces)."""
+    text = bind.strip()
+    if text.startswith("["):
+        host, sep, port = text[1:].partition("]:")
+        if not sep or not host:
+            raise ValueError(f"bad bind address {bind!r}: use [IPv6]:PORT, e.g. [::1]:3030")
+    else:
+        host, sep, port = text.rpartition(":")
+        if not sep:
+            raise ValueError(f"bad bind address {bind!r}: use HOST:PORT, e.g. 127.0.0.1:3030")
+        if ":" in host:
+            raise ValueError(f"bad bind address {bind!r}: put IPv6 hosts in brackets, [::1]:3030")
+        host = host or "0.0.0.0"
+    if not port.isdigit() or not 0 <= int(port) <= 65535:
+        raise ValueError(f"bad port in bind address {bind!r}")
+    return host, int(port)
+
+
+class NodeServer(uvicorn.Server):
+    """Marks the node not ready as soon as a stop signal arrives, before draining requests."""
+
+    def __init__(self, config: uvicorn.Config, state: NodeState) -> None:
+        super().__init__(config)
+        self.node_state = state
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        self.node_state.ready = False
+        super().handle_exit(sig, frame)
+
+
+def run_node(settings: NodeSettings) -> None:
+    """Serve until SIGTERM/SIGINT; exits with status 2 and one line on stderr if it cannot start."""
+    level = settings.server.log_level
+    logging.basicConfig(
+        level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    try:
+        host, port = parse_bind(settings.server.bind)
+        engine = Engine(settings.storage)
+    except (ValueError, PlateauError, OSError) as exc:
+        print(f"error: cannot start node: {exc}", file=sys.stderr)
+        raise SystemExit(2) from exc
+    app = create_app(settings, engine)
+    state: NodeState = app.state.plateau
+    config = uvicorn.Config(
+        app,
+        host=host,
+        port=port,
+        http="httptools",
+        loop="uvloop",
+        lifespan="on",
+        workers=1,
+        access_log=level == "debug",
+        log_level=level,
+        log_config=None,
+        server_header=False,
+        timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
+    )
+    log.info(
+        "plateau node serving %s on http://%s", settings.storage.data_dir, settings.server.bind
+    )
+    try:
+        NodeServer(config, state).run()
+    finally:
+        if not state.engine_closed:
+            state.engine_closed = True
+            engine.close()

@@ -1,0 +1,32 @@
+"""What the routes share: the engine, the settings and whether the node takes traffic."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from starlette.requests import Request
+
+from plateau.settings import NodeSettings
+from plateau.storage.engine import Engine
+
+
+@dataclass
+class NodeState:
+    settings: NodeSettings
+    engine: Engine
+    ready: bool = False
+    engine_closed: bool = False
+    write_tokens: list[bytes] = field(default_factory=list)
+    read_tokens: list[bytes] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        auth = self.settings.auth
+        token = auth.token.get_secret_value().encode() if auth.token else None
+        read = auth.read_token.get_secret_value().encode() if auth.read_token else None
+        self.write_tokens = [token] if token else []
+        self.read_tokens = [t for t in (read, token) if t] if read else []
+
+
+def node_state(request: Request) -> NodeState:
+    state: NodeState = request.app.state.plateau
+    return state
