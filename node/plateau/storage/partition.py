@@ -13,6 +13,7 @@ Invariants (all under ``self.lock``):
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
@@ -118,7 +119,7 @@ class Partition:
         return self.open
 
     def _roll_locked(self) -> None:
-        """Hand the open segment to the sealer; 429 (or 507) while the previous seal is unfinished."""
+        """Hand the open segment to the sealer; 429 (or 507) while the last seal is unfinished."""
         seg = self.open
         if seg is None:
             return
@@ -181,10 +182,9 @@ class Partition:
         """Sync the open segment (relaxed durability's timer)."""
         seg = self.open
         if seg is not None:
-            try:
+            # sealed or closed meanwhile: its own seal synced it
+            with contextlib.suppress(RuntimeError, ValueError, OSError):
                 seg.commit.wait(seg.rows)
-            except (RuntimeError, ValueError, OSError):
-                pass  # sealed or closed meanwhile: its own seal synced it
 
     def close(self) -> None:
         """Seal the open segment synchronously (clean shutdown leaves nothing open).
