@@ -1,27 +1,93 @@
-"""The ``plateau`` command.
+"""The ``plateau`` command: run a node, and talk to one over its HTTP API.
 
 Errors are one clear line on stderr and exit code 2 (``fail``), never a traceback.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Annotated, Any, NoReturn
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 from pydantic import ValidationError
 
+if TYPE_CHECKING:
+    from plateau.client import PlateauClient
+
+DEFAULT_URL = "http://127.0.0.1:3030"
+
 app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+topic_app = typer.Typer(
+    no_args_is_help=True, help="Create, change, show and delete topics (admin API)."
+)
+app.add_typer(topic_app, name="topic")
+
+
+@dataclass
+class Remote:
+    """Where the client commands connect; filled from the global options."""
+
+    url: str
+    token: str | None
+    timeout: float
 
 
 @app.callback()
-def _root() -> None:
+def _root(
+    ctx: typer.Context,
+    url: Annotated[
+        str, typer.Option(envvar="PLATEAU_URL", help="The node to talk to.")
+    ] = DEFAULT_URL,
+    token: Annotated[
+        str | None,
+        typer.Option(envvar="PLATEAU_TOKEN", help="Bearer token for the node's API."),
+    ] = None,
+    timeout: Annotated[float, typer.Option(help="Seconds to wait for each reply.")] = 30.0,
+) -> None:
     """plateau: a columnar data aggregator node and its tools."""
+    ctx.obj = Remote(url, token, timeout)
 
 
 def fail(message: str) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(2)
+
+
+@contextmanager
+def connect(ctx: typer.Context) -> Iterator[PlateauClient]:
+    """A client for the command, turning every expected failure into one ``error:`` line."""
+    from plateau.client import PlateauClient, PlateauClientError
+    from plateau.client.files import FileFormatError
+
+    remote: Remote = ctx.obj if isinstance(ctx.obj, Remote) else Remote(DEFAULT_URL, None, 30.0)
+    try:
+        with PlateauClient(remote.url, token=remote.token, timeout=remote.timeout) as client:
+            yield client
+    except PlateauClientError as exc:
+        fail(str(exc))
+    except FileFormatError as exc:
+        fail(str(exc))
+    except BrokenPipeError:
+        # The reader went away (``plateau tail t | head``): stop quietly, as ``cat`` does.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        raise typer.Exit(1) from None
+    except OSError as exc:
+        where = f" {exc.filename}" if exc.filename else ""
+        fail(f"cannot access{where}: {exc.strerror or exc}")
+    except ValueError as exc:
+        fail(str(exc))
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+
+
+def print_json(value: Any) -> None:
+    typer.echo(json.dumps(value, indent=2, sort_keys=True))
 
 
 @app.command()
@@ -65,5 +131,251 @@ def node(
     run_node(settings)
 
 
+@app.command()
+def topics(ctx: typer.Context) -> None:
+    """List the node's topics, one per line."""
+    with connect(ctx) as client:
+        for name in client.topics():
+            typer.echo(name)
+
+
+@app.command("node-info")
+def node_info(ctx: typer.Context) -> None:
+    """Show the node's capacity, allocated and used bytes."""
+    with connect(ctx) as client:
+        print_json(client.node_info())
+
+
+@app.command()
+def append(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Argument(help="Topic to append to.")],
+    partition: Annotated[str, typer.Argument(help="Partition to append to.")],
+    files: Annotated[list[Path], typer.Argument(help="Parquet, CSV, JSON lines or Arrow files.")],
+    file_format: Annotated[
+        str | None,
+        typer.Option("--format", help="parquet, csv, jsonl or arrow [from the file name]."),
+    ] = None,
+    batch_rows: Annotated[int, typer.Option(min=1, help="Rows per request.")] = 10000,
+    progress: Annotated[
+        bool, typer.Option(help="Progress bar on stderr (a terminal only).")
+    ] = True,
+) -> None:
+    """Append files to a partition in order; prints the span of indexes they got."""
+    from plateau.client import PlateauClientError
+    from plateau.client.files import FileFormatError, open_source
+    from plateau.client.render import progress_bar
+
+    with connect(ctx) as client:
+        # Open every file first: a missing or unreadable file fails before anything is sent.
+        sources = [open_source(path, file_format, batch_rows) for path in files]
+        first: int | None = None
+        end = rows = 0
+        try:
+            with progress_bar(enabled=progress) as bar:
+                for source in sources:
+                    task = bar.add_task(source.path.name, total=source.total_rows)
+                    for table in source.tables:
+                        span = client.append(topic, partition, table)
+                        first = span.start if first is None else first
+                        end, rows = span.end, rows + table.num_rows
+                        bar.advance(task, table.num_rows)
+        except (PlateauClientError, FileFormatError) as exc:
+            if first is None:
+                raise
+            fail(f"{exc} (before it, {rows} rows were appended at {first}..{end})")
+        if first is None:
+            fail("the files hold no rows")
+        typer.echo(json.dumps({"span": {"start": first, "end": end}, "rows": rows}))
+
+
+@app.command()
+def read(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Argument()],
+    partition: Annotated[str, typer.Argument()],
+    start: Annotated[int, typer.Option(min=0, help="First index to read.")] = 0,
+    limit: Annotated[int | None, typer.Option(min=0, help="Stop after this many rows.")] = None,
+    page_size: Annotated[int, typer.Option(min=1, max=10000, help="Rows per request.")] = 1000,
+    time_start: Annotated[str | None, typer.Option(help="RFC 3339 or epoch ms.")] = None,
+    time_end: Annotated[str | None, typer.Option(help="RFC 3339 or epoch ms.")] = None,
+    output_format: Annotated[
+        str, typer.Option("--format", help="table, jsonl or arrow (arrow needs --output).")
+    ] = "table",
+    output: Annotated[Path | None, typer.Option(help="Write to this file.")] = None,
+) -> None:
+    """Read a partition from --start to its current end (or --limit rows)."""
+    from plateau.client.files import json_lines, write_arrow_file
+    from plateau.client.render import rows_table
+
+    if output_format not in ("table", "jsonl", "arrow"):
+        fail(f"--format {output_format!r}: choose table, jsonl or arrow")
+    if output_format == "arrow" and output is None:
+        fail("--format arrow writes binary data: give --output FILE")
+    with connect(ctx) as client:
+        pages = client.read_all(topic, partition, start, page_size, time_start, time_end)
+        tables = _limited((page.table for page in pages), limit)
+        if output_format == "arrow":
+            assert output is not None
+            count = write_arrow_file(output, tables)
+            typer.echo(f"wrote {count} rows to {output}", err=True)
+            return
+        with _open_output(output) as out:
+            for table in tables:
+                if output_format == "jsonl":
+                    out.writelines(line + "\n" for line in json_lines(table))
+                else:
+                    rows_table(table, out)
+                out.flush()
+
+
+@app.command()
+def tail(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Argument()],
+    partition: Annotated[
+        list[str] | None, typer.Option("--partition", "-p", help="Only these partitions.")
+    ] = None,
+    follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep polling for rows.")] = False,
+    from_end: Annotated[bool, typer.Option(help="Start at the current end.")] = False,
+    limit: Annotated[int | None, typer.Option(min=0, help="Stop after this many rows.")] = None,
+    page_size: Annotated[int, typer.Option(min=1, max=10000)] = 1000,
+    interval: Annotated[float, typer.Option(min=0.01, help="Seconds between polls.")] = 1.0,
+) -> None:
+    """Print a topic's rows as JSON lines, across partitions, as they arrive."""
+    from plateau.client.files import json_lines
+
+    with connect(ctx) as client:
+        cursor: dict[str, int] | None = None
+        if from_end:
+            spans = client.topic(topic).partitions
+            cursor = {name: span.end for name, span in spans.items()}
+        pages = client.iterate(
+            topic,
+            cursor,
+            page_size=page_size,
+            partition_filter=partition,
+            follow=follow,
+            poll_interval=interval,
+        )
+        for table in _limited((page.table for page in pages), limit):
+            for line in json_lines(table):
+                sys.stdout.write(line + "\n")
+            sys.stdout.flush()
+
+
+def _limited(tables: Iterator[Any], limit: int | None) -> Iterator[Any]:
+    """Tables up to ``limit`` rows in total; stops pulling pages once it is reached."""
+    remaining = limit
+    for table in tables:
+        if remaining is not None:
+            if remaining <= 0:
+                return
+            table = table.slice(0, remaining)
+            remaining -= table.num_rows
+        if table.num_rows:
+            yield table
+        if remaining == 0:
+            return
+
+
+@contextmanager
+def _open_output(path: Path | None) -> Iterator[Any]:
+    if path is None:
+        yield sys.stdout
+        return
+    with path.open("w", encoding="utf-8") as out:
+        yield out
+
+
+@topic_app.command("set")
+def topic_set(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Argument()],
+    partitions: Annotated[int | None, typer.Option(min=1, help="Number of partitions.")] = None,
+    max_bytes: Annotated[
+        str | None, typer.Option(help="Retention budget over all partitions, e.g. 10Gi.")
+    ] = None,
+    max_age: Annotated[
+        str | None, typer.Option(help="Delete data older than this, e.g. 7d; 'none' clears.")
+    ] = None,
+    segment_format: Annotated[
+        str | None, typer.Option("--format", help="Segment format: parquet or arrow.")
+    ] = None,
+    segment_max_rows: Annotated[int | None, typer.Option(min=1)] = None,
+    segment_max_bytes: Annotated[str | None, typer.Option(help="e.g. 64Mi.")] = None,
+    segment_max_age: Annotated[str | None, typer.Option(help="e.g. 60s.")] = None,
+) -> None:
+    """Create a topic or change the settings given; others keep their values."""
+    from plateau.client.units import parse_duration, parse_quantity
+    from plateau.client.wire import UNSET
+
+    def option(name: str, text: str | None, parse: Any) -> Any:
+        try:
+            return None if text is None else parse(text)
+        except ValueError as exc:
+            fail(f"--{name}: {exc}")
+
+    age: Any = UNSET
+    if max_age is not None and max_age.strip().lower() in ("none", "null", "off"):
+        age = None
+    elif max_age is not None:
+        seconds = option("max-age", max_age, parse_duration)
+        if seconds != int(seconds) or seconds <= 0:
+            fail(f"--max-age: {max_age!r} must be a positive whole number of seconds")
+        age = int(seconds)
+    if segment_format not in (None, "parquet", "arrow"):
+        fail(f"--format {segment_format!r}: choose parquet or arrow")
+    with connect(ctx) as client:
+        print_json(
+            client.put_topic(
+                topic,
+                partitions=partitions,
+                max_bytes=option("max-bytes", max_bytes, parse_quantity),
+                max_age_seconds=age,
+                segment_format=segment_format,
+                segment_max_rows=segment_max_rows,
+                segment_max_bytes=option("segment-max-bytes", segment_max_bytes, parse_quantity),
+                segment_max_age_seconds=option("segment-max-age", segment_max_age, parse_duration),
+            )
+        )
+
+
+@topic_app.command("get")
+def topic_get(ctx: typer.Context, topic: Annotated[str, typer.Argument()]) -> None:
+    """Show a topic's configuration and usage as JSON."""
+    with connect(ctx) as client:
+        print_json(client.get_topic(topic))
+
+
+@topic_app.command("delete")
+def topic_delete(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Argument()],
+    yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+) -> None:
+    """Delete a topic and all of its data."""
+    if not yes and not typer.confirm(f"Delete topic {topic!r} and all its data?"):
+        fail("not deleted")
+    with connect(ctx) as client:
+        client.delete_topic(topic)
+    typer.echo(f"deleted topic {topic}", err=True)
+
+
 def main() -> None:
-    app()
+    """Entry point: usage errors become one ``error:`` line and exit code 2 as well."""
+    try:
+        code = app(standalone_mode=False)
+    except typer.TyperException as exc:
+        # Typer vendors click: its usage errors are TyperExceptions (with ``ctx`` and ``show``).
+        if type(exc).__name__ == "NoArgsIsHelpError":
+            typer.echo(exc.format_message(), err=True)
+            sys.exit(2)
+        command = getattr(getattr(exc, "ctx", None), "command_path", None)
+        hint = f" (see '{command} --help')" if command else ""
+        typer.echo(f"error: {exc.format_message()}{hint}", err=True)
+        sys.exit(2)
+    except typer.Abort:
+        typer.echo("error: aborted", err=True)
+        sys.exit(2)
+    sys.exit(code if isinstance(code, int) else 0)

@@ -1,0 +1,131 @@
+"""What the sync and async clients share: settings, headers, request building."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import httpx
+import pyarrow as pa
+
+from plateau.client import ops
+from plateau.client.errors import ConnectionFailed
+from plateau.client.wire import (
+    UNSET,
+    PartitionPage,
+    RetryPolicy,
+    TimeBound,
+    TopicInfo,
+    quote_name,
+    to_table,
+    topic_request,
+)
+from plateau.storage.types import Span
+
+DEFAULT_URL = "http://127.0.0.1:3030"
+
+
+class ClientBase:
+    """Builds each operation's generator; subclasses only drive them."""
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        token: str | None = None,
+        timeout: float = 30.0,
+        retry: RetryPolicy | None = None,
+    ) -> None:
+        if "://" not in url:
+            url = f"http://{url}"
+        self.url = url.rstrip("/")
+        self.timeout = timeout
+        self._headers = {"user-agent": "plateau-client"}
+        if token:
+            self._headers["authorization"] = f"Bearer {token}"
+        self._state = ops.ClientState(retry=retry or RetryPolicy())
+
+    def _connection_failed(self, exc: httpx.HTTPError) -> ConnectionFailed:
+        detail = str(exc) or type(exc).__name__
+        return ConnectionFailed(f"cannot reach the node at {self.url}: {detail}")
+
+    @staticmethod
+    def _request_args(call: ops.Call) -> dict[str, Any]:
+        return {
+            "params": list(call.params),
+            "headers": dict(call.headers),
+            "content": call.content,
+            "json": call.json,
+        }
+
+    # --- operations, shared by both clients -------------------------------------
+    def _topics(self) -> ops.Op[list[str]]:
+        return ops.topics(self._state)
+
+    def _topic(self, topic: str) -> ops.Op[TopicInfo]:
+        return ops.topic(self._state, topic)
+
+    def _append(
+        self,
+        topic: str,
+        partition: str,
+        data: pa.Table | pa.RecordBatch | Sequence[Mapping[str, Any]],
+    ) -> ops.Op[Span]:
+        return ops.append(self._state, topic, partition, to_table(data))
+
+    def _read(
+        self,
+        topic: str,
+        partition: str,
+        start: int,
+        page_size: int,
+        time_start: TimeBound,
+        time_end: TimeBound,
+    ) -> ops.Op[PartitionPage]:
+        return ops.read(self._state, topic, partition, start, page_size, time_start, time_end)
+
+    def _read_all(
+        self,
+        topic: str,
+        partition: str,
+        start: int,
+        page_size: int,
+        time_start: TimeBound,
+        time_end: TimeBound,
+    ) -> ops.StreamOp[PartitionPage]:
+        return ops.read_all(self._state, topic, partition, start, page_size, time_start, time_end)
+
+    def _put_topic(
+        self,
+        topic: str,
+        *,
+        partitions: int | None = None,
+        max_bytes: int | None = None,
+        max_age_seconds: int | None = UNSET,
+        segment_format: str | None = None,
+        segment_max_rows: int | None = None,
+        segment_max_bytes: int | None = None,
+        segment_max_age_seconds: float | None = None,
+        body: Mapping[str, Any] | None = None,
+    ) -> ops.Op[dict[str, Any] | None]:
+        request = dict(body or {})
+        request.update(
+            topic_request(
+                partitions,
+                max_bytes,
+                max_age_seconds,
+                segment_format,
+                segment_max_rows,
+                segment_max_bytes,
+                segment_max_age_seconds,
+            )
+        )
+        return ops.admin(self._state, "PUT", f"/admin/topics/{quote_name(topic)}", request)
+
+    def _get_topic(self, topic: str) -> ops.Op[dict[str, Any] | None]:
+        return ops.admin(self._state, "GET", f"/admin/topics/{quote_name(topic)}")
+
+    def _delete_topic(self, topic: str) -> ops.Op[dict[str, Any] | None]:
+        return ops.admin(self._state, "DELETE", f"/admin/topics/{quote_name(topic)}")
+
+    def _node_info(self) -> ops.Op[dict[str, Any] | None]:
+        return ops.admin(self._state, "GET", "/admin/node")

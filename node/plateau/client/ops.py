@@ -1,0 +1,286 @@
+"""Every client operation written once, as a generator that does no I/O itself.
+
+An operation yields ``Call`` (send this request, resume me with the reply),
+``Sleep`` (wait, resume me with ``None``) or ``Emit`` (hand this page to the
+caller). The sync and async clients are small drivers that perform those steps
+with ``httpx.Client``/``time.sleep`` or ``httpx.AsyncClient``/``asyncio.sleep``,
+so the splitting, retrying and cursor-following logic exists once and both
+clients behave the same. A transport failure is thrown into the generator as
+``ConnectionFailed`` at the ``yield`` of its ``Call``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Generator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+import httpx
+import pyarrow as pa
+
+from plateau.client.errors import (
+    BusyError,
+    ConnectionFailed,
+    PartialAppendError,
+    PayloadTooLargeError,
+    PlateauClientError,
+    RecordTooLargeError,
+    error_from_response,
+)
+from plateau.client.wire import (
+    ARROW_FILE,
+    JSON,
+    PartitionPage,
+    RetryPolicy,
+    TimeBound,
+    TopicInfo,
+    TopicPage,
+    backoff_delay,
+    encode_table,
+    parse_partition_page,
+    parse_span,
+    parse_topic_info,
+    parse_topic_page,
+    parts_needed,
+    quote_name,
+    split_rows,
+    time_params,
+)
+from plateau.storage.types import RecordStatus, Span
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class Call:
+    """One HTTP request; ``safe_to_repeat`` allows resending it after a lost connection."""
+
+    method: str
+    path: str
+    params: Sequence[tuple[str, str]] = ()
+    headers: Mapping[str, str] = field(default_factory=dict)
+    content: bytes | None = None
+    json: Any = None
+    safe_to_repeat: bool = True
+
+
+@dataclass(frozen=True)
+class Sleep:
+    seconds: float
+
+
+@dataclass(frozen=True)
+class Emit(Generic[T]):
+    value: T
+
+
+Op = Generator[Call | Sleep, httpx.Response | None, R]
+"""An operation that returns one result."""
+StreamOp = Generator[Call | Sleep | Emit[T], httpx.Response | None, None]
+"""An operation that hands out pages as it goes."""
+
+
+@dataclass
+class ClientState:
+    """What a client learns from the node and reuses on later calls.
+
+    Once a 413 told us the node's body limit, later appends are split before
+    sending instead of being refused first.
+    """
+
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    max_request_bytes: int | None = None
+
+
+def request(call: Call, state: ClientState) -> Op[httpx.Response]:
+    """Send ``call``; retry 429 (always) and lost connections (if safe); raise other errors."""
+    policy = state.retry
+    started = time.monotonic()
+    attempt = 0
+    while True:
+        try:
+            reply = yield call
+        except ConnectionFailed:
+            if not call.safe_to_repeat:
+                raise
+            delay = backoff_delay(attempt, None, policy)
+            if attempt + 1 >= policy.max_attempts or _past(started, delay, policy):
+                raise
+        else:
+            assert reply is not None
+            if reply.is_success:
+                return reply
+            error = error_from_response(reply)
+            if not isinstance(error, BusyError):
+                raise error
+            delay = backoff_delay(attempt, error.retry_after, policy)
+            if attempt + 1 >= policy.max_attempts or _past(started, delay, policy):
+                raise error
+        attempt += 1
+        yield Sleep(delay)
+
+
+def _past(started: float, delay: float, policy: RetryPolicy) -> bool:
+    return time.monotonic() + delay - started > policy.max_elapsed
+
+
+def request_json(call: Call, state: ClientState) -> Op[Any]:
+    reply = yield from request(call, state)
+    return reply.json() if reply.content else None
+
+
+def topics(state: ClientState) -> Op[list[str]]:
+    body = yield from request_json(Call("GET", "/topics"), state)
+    return [str(t["name"]) for t in body.get("topics", [])]
+
+
+def topic(state: ClientState, name: str) -> Op[TopicInfo]:
+    body = yield from request_json(Call("GET", f"/topic/{quote_name(name)}"), state)
+    return parse_topic_info(body)
+
+
+def append(state: ClientState, topic: str, partition: str, table: pa.Table) -> Op[Span]:
+    """Append ``table`` in order, splitting it by rows while the node answers 413.
+
+    Parts are sent one after another, so they land in order; the returned span
+    runs from the first part's start to the last part's end (other writers of
+    the same partition may interleave between parts). If a later part fails,
+    ``PartialAppendError`` says which rows were written.
+    """
+    if table.num_rows == 0:
+        raise PlateauClientError(None, "nothing to append: the table has no rows")
+    path = f"/topic/{quote_name(topic)}/partition/{quote_name(partition)}"
+    pending: deque[pa.Table] = deque([table])
+    first: Span | None = None
+    last: Span | None = None
+    rows_done = 0
+    while pending:
+        part = pending.popleft()
+        body = encode_table(part)
+        limit = state.max_request_bytes
+        if limit is not None and len(body) > limit and part.num_rows > 1:
+            pending.extendleft(reversed(split_rows(part, parts_needed(len(body), limit))))
+            continue
+        call = Call(
+            "POST", path, headers={"content-type": ARROW_FILE}, content=body, safe_to_repeat=False
+        )
+        try:
+            reply = yield from request_json(call, state)
+        except PayloadTooLargeError as exc:
+            if exc.max_bytes:
+                state.max_request_bytes = exc.max_bytes
+            if part.num_rows <= 1:
+                raise RecordTooLargeError(
+                    413,
+                    f"a single row encodes to {len(body)} bytes, over the node's limit"
+                    f" of {exc.max_bytes or 'unknown'} bytes",
+                    exc.code,
+                ) from exc
+            pending.extendleft(reversed(split_rows(part, parts_needed(len(body), exc.max_bytes))))
+            continue
+        except PlateauClientError as exc:
+            if first is not None and last is not None:
+                raise PartialAppendError(exc, Span(first.start, last.end), rows_done) from exc
+            raise
+        span = parse_span(reply.get("span") if isinstance(reply, Mapping) else None)
+        if span is None:
+            raise PlateauClientError(None, f"node sent no span for the append: {reply!r}")
+        first = first or span
+        last = span
+        rows_done += part.num_rows
+    assert first is not None and last is not None
+    return Span(first.start, last.end)
+
+
+def read(
+    state: ClientState,
+    topic: str,
+    partition: str,
+    start: int,
+    page_size: int,
+    time_start: TimeBound = None,
+    time_end: TimeBound = None,
+) -> Op[PartitionPage]:
+    params = [("start", str(start)), ("page_size", str(page_size))]
+    params += time_params(time_start, time_end)
+    path = f"/topic/{quote_name(topic)}/partition/{quote_name(partition)}/records"
+    call = Call("GET", path, params=params, headers={"accept": ARROW_FILE})
+    reply = yield from request(call, state)
+    return parse_partition_page(reply, start)
+
+
+def read_all(
+    state: ClientState,
+    topic: str,
+    partition: str,
+    start: int,
+    page_size: int,
+    time_start: TimeBound = None,
+    time_end: TimeBound = None,
+) -> StreamOp[PartitionPage]:
+    """Pages from ``start`` to the partition's current end (pages with rows only)."""
+    while True:
+        page = yield from read(state, topic, partition, start, page_size, time_start, time_end)
+        if page.table.num_rows:
+            yield Emit(page)
+        if page.status == RecordStatus.ALL or page.span is None or page.span.end <= start:
+            return
+        start = page.span.end
+
+
+def iterate(
+    state: ClientState,
+    topic: str,
+    cursor: Mapping[str, int] | None,
+    page_size: int,
+    order: str = "asc",
+    partition_filter: Sequence[str] | None = None,
+    time_start: TimeBound = None,
+    time_end: TimeBound = None,
+    follow: bool = False,
+    poll_interval: float = 1.0,
+) -> StreamOp[TopicPage]:
+    """Follow the topic cursor until status ``All``; with ``follow``, keep polling after it.
+
+    Without ``follow`` every page is handed out, the last one (status ``All``,
+    maybe empty) carrying the final cursor; with ``follow`` only pages with rows.
+    """
+    params = [("page_size", str(page_size)), ("order", order)]
+    params += [("partition_filter", p) for p in partition_filter or ()]
+    params += time_params(time_start, time_end)
+    path = f"/topic/{quote_name(topic)}/records"
+    position = dict(cursor or {})
+    while True:
+        call = Call(
+            "POST",
+            path,
+            params=params,
+            headers={"accept": ARROW_FILE, "content-type": JSON},
+            json=position,
+        )
+        reply = yield from request(call, state)
+        page = parse_topic_page(reply, position)
+        position = page.cursor
+        if page.table.num_rows or not follow:
+            yield Emit(page)
+        if page.status == RecordStatus.ALL:
+            if not follow:
+                return
+            yield Sleep(poll_interval)
+
+
+def admin(
+    state: ClientState, method: str, path: str, body: Any = None
+) -> Op[dict[str, Any] | None]:
+    call = Call(
+        method,
+        path,
+        headers={"content-type": JSON} if body is not None else {},
+        json=body,
+        safe_to_repeat=method in ("GET", "PUT"),
+    )
+    reply = yield from request_json(call, state)
+    return reply if isinstance(reply, dict) else None

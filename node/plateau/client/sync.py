@@ -1,0 +1,203 @@
+"""The synchronous client, on ``httpx.Client``."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator, Mapping, Sequence
+from types import TracebackType
+from typing import Any, TypeVar
+
+import httpx
+import pyarrow as pa
+
+from plateau.client import ops
+from plateau.client._base import DEFAULT_URL, ClientBase
+from plateau.client.errors import ConnectionFailed
+from plateau.client.wire import UNSET, PartitionPage, RetryPolicy, TimeBound, TopicInfo, TopicPage
+from plateau.storage.types import Span
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+class PlateauClient(ClientBase):
+    """A plateau node's HTTP API. One instance keeps one connection pool; close it (or use
+    ``with``) when done.
+
+    Appends are split when the node answers 413 and retried when it answers
+    429 (see ``RetryPolicy``); an append whose connection breaks is never
+    resent, because the node may already have written it (``ConnectionFailed``).
+    Reads and admin GET/PUT are resent after a lost connection.
+    """
+
+    def __init__(
+        self,
+        url: str = DEFAULT_URL,
+        token: str | None = None,
+        timeout: float = 30.0,
+        retry: RetryPolicy | None = None,
+        transport: httpx.BaseTransport | None = None,
+    ) -> None:
+        super().__init__(url, token, timeout, retry)
+        self._http = httpx.Client(
+            base_url=self.url, headers=self._headers, timeout=timeout, transport=transport
+        )
+
+    def __enter__(self) -> PlateauClient:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        self._http.close()
+
+    # --- driver -------------------------------------------------------------------
+    def _send(self, call: ops.Call) -> httpx.Response:
+        try:
+            return self._http.request(call.method, call.path, **self._request_args(call))
+        except httpx.HTTPError as exc:
+            raise self._connection_failed(exc) from exc
+
+    def _steps(self, op: ops.StreamOp[T] | ops.Op[Any]) -> Iterator[T]:
+        reply: httpx.Response | None = None
+        failure: ConnectionFailed | None = None
+        while True:
+            try:
+                step = op.throw(failure) if failure else op.send(reply)
+            except StopIteration:
+                return
+            reply, failure = None, None
+            if isinstance(step, ops.Call):
+                try:
+                    reply = self._send(step)
+                except ConnectionFailed as exc:
+                    failure = exc
+            elif isinstance(step, ops.Sleep):
+                time.sleep(step.seconds)
+            else:
+                yield step.value
+
+    def _run(self, op: ops.Op[R]) -> R:
+        result: list[R] = []
+
+        def capture() -> ops.Op[None]:
+            result.append((yield from op))
+
+        for _ in self._steps(capture()):
+            raise AssertionError("a single-result operation emitted a page")
+        return result[0]
+
+    # --- API ----------------------------------------------------------------------
+    def topics(self) -> list[str]:
+        return self._run(self._topics())
+
+    def topic(self, topic: str) -> TopicInfo:
+        """Partition spans and bytes of a topic."""
+        return self._run(self._topic(topic))
+
+    def append(
+        self,
+        topic: str,
+        partition: str,
+        data: pa.Table | pa.RecordBatch | Sequence[Mapping[str, Any]],
+    ) -> Span:
+        """Append rows (a table, a batch or row dicts); returns the indexes they got."""
+        return self._run(self._append(topic, partition, data))
+
+    def read(
+        self,
+        topic: str,
+        partition: str,
+        start: int = 0,
+        page_size: int = 1000,
+        time_start: TimeBound = None,
+        time_end: TimeBound = None,
+    ) -> PartitionPage:
+        """One page of a partition from index ``start``: ``(table, span, status)``."""
+        return self._run(self._read(topic, partition, start, page_size, time_start, time_end))
+
+    def read_all(
+        self,
+        topic: str,
+        partition: str,
+        start: int = 0,
+        page_size: int = 1000,
+        time_start: TimeBound = None,
+        time_end: TimeBound = None,
+    ) -> Iterator[PartitionPage]:
+        """Pages from ``start`` up to the partition's end at the time of reading."""
+        return self._steps(self._read_all(topic, partition, start, page_size, time_start, time_end))
+
+    def iterate(
+        self,
+        topic: str,
+        cursor: Mapping[str, int] | None = None,
+        page_size: int = 1000,
+        order: str = "asc",
+        partition_filter: Sequence[str] | None = None,
+        time_start: TimeBound = None,
+        time_end: TimeBound = None,
+        follow: bool = False,
+        poll_interval: float = 1.0,
+    ) -> Iterator[TopicPage]:
+        """Topic pages across partitions, ``(table, cursor, status)``; see ``ops.iterate``."""
+        return self._steps(
+            ops.iterate(
+                self._state,
+                topic,
+                cursor,
+                page_size,
+                order,
+                partition_filter,
+                time_start,
+                time_end,
+                follow,
+                poll_interval,
+            )
+        )
+
+    def put_topic(
+        self,
+        topic: str,
+        *,
+        partitions: int | None = None,
+        max_bytes: int | None = None,
+        max_age_seconds: int | None = UNSET,
+        segment_format: str | None = None,
+        segment_max_rows: int | None = None,
+        segment_max_bytes: int | None = None,
+        segment_max_age_seconds: float | None = None,
+        body: Mapping[str, Any] | None = None,
+    ) -> dict[str, Any] | None:
+        """Create or update a topic; only the fields given change (idempotent)."""
+        return self._run(
+            self._put_topic(
+                topic,
+                partitions=partitions,
+                max_bytes=max_bytes,
+                max_age_seconds=max_age_seconds,
+                segment_format=segment_format,
+                segment_max_rows=segment_max_rows,
+                segment_max_bytes=segment_max_bytes,
+                segment_max_age_seconds=segment_max_age_seconds,
+                body=body,
+            )
+        )
+
+    def get_topic(self, topic: str) -> dict[str, Any] | None:
+        """A topic's configuration and usage."""
+        return self._run(self._get_topic(topic))
+
+    def delete_topic(self, topic: str) -> None:
+        """Delete a topic and all its data."""
+        self._run(self._delete_topic(topic))
+
+    def node_info(self) -> dict[str, Any] | None:
+        """The node's capacity, allocated and used bytes."""
+        return self._run(self._node_info())
