@@ -33,7 +33,7 @@ def parse_time(value: str, param: str, *, upper: bool) -> int:
     if _INTEGER.fullmatch(text):
         return int(text)
     try:
-        moment = datetime.fromisoformat(text)
+        moment = datetime.fromisoformat(text.upper())
     except ValueError:
         moment = None
     if moment is None:
