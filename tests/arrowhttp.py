@@ -1,0 +1,66 @@
+"""Tiny Arrow-over-HTTP helpers for tests that exercise the wire contract directly."""
+
+from __future__ import annotations
+
+import json
+
+import httpx
+import pyarrow as pa
+
+ARROW_FILE = "application/vnd.apache.arrow.file"
+
+
+def ipc_file(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
+def append(client: httpx.Client, topic: str, partition: str, table: pa.Table) -> httpx.Response:
+    return client.post(
+        f"/topic/{topic}/partition/{partition}",
+        content=ipc_file(table),
+        headers={"content-type": ARROW_FILE},
+    )
+
+
+def read(
+    client: httpx.Client, topic: str, partition: str, start: int, page_size: int = 10_000
+) -> tuple[pa.Table, str]:
+    r = client.get(
+        f"/topic/{topic}/partition/{partition}/records",
+        params={"start": start, "page_size": page_size},
+        headers={"accept": ARROW_FILE},
+    )
+    r.raise_for_status()
+    return pa.ipc.open_file(pa.py_buffer(r.content)).read_all(), r.headers["x-iteration-status"]
+
+
+def read_all(client: httpx.Client, topic: str, partition: str, start: int = 0) -> list[pa.Table]:
+    """Every record from ``start`` on, following pages until the partition's end."""
+    end = client.get(f"/topic/{topic}").json()["partitions"][partition]["end"]
+    out = []
+    pos = start
+    while pos < end:
+        table, _ = read(client, topic, partition, pos)
+        if table.num_rows == 0:
+            break
+        out.append(table)
+        pos += table.num_rows
+    return out
+
+
+def iterate(client: httpx.Client, topic: str, cursor: dict[str, int], page_size: int = 10_000
+            ) -> tuple[pa.Table, dict[str, object]]:
+    r = client.post(
+        f"/topic/{topic}/records",
+        params={"page_size": page_size},
+        json=cursor,
+        headers={"accept": ARROW_FILE},
+    )
+    r.raise_for_status()
+    status = json.loads(r.headers["x-iteration-status"])
+    body = r.content
+    table = pa.ipc.open_file(pa.py_buffer(body)).read_all() if body else pa.table({})
+    return table, status
