@@ -305,6 +305,9 @@ def topic_set(
     segment_max_rows: Annotated[int | None, typer.Option(min=1)] = None,
     segment_max_bytes: Annotated[str | None, typer.Option(help="e.g. 64Mi.")] = None,
     segment_max_age: Annotated[str | None, typer.Option(help="e.g. 60s.")] = None,
+    compression: Annotated[
+        str | None, typer.Option(help="Segment compression: zstd, lz4 or none.")
+    ] = None,
 ) -> None:
     """Create a topic or change the settings given; others keep their values."""
     from plateau.client.units import parse_duration, parse_quantity
@@ -337,6 +340,7 @@ def topic_set(
                 segment_max_rows=segment_max_rows,
                 segment_max_bytes=option("segment-max-bytes", segment_max_bytes, parse_quantity),
                 segment_max_age_seconds=option("segment-max-age", segment_max_age, parse_duration),
+                segment_compression=compression,
             )
         )
 

@@ -105,6 +105,7 @@ class ClientBase:
         segment_max_rows: int | None = None,
         segment_max_bytes: int | None = None,
         segment_max_age_seconds: float | None = None,
+        segment_compression: str | None = None,
         body: Mapping[str, Any] | None = None,
     ) -> ops.Op[dict[str, Any] | None]:
         request = dict(body or {})
@@ -117,6 +118,7 @@ class ClientBase:
                 segment_max_rows,
                 segment_max_bytes,
                 segment_max_age_seconds,
+                segment_compression,
             )
         )
         return ops.admin(self._state, "PUT", f"/admin/topics/{quote_name(topic)}", request)

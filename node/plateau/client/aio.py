@@ -162,6 +162,7 @@ class AsyncPlateauClient(ClientBase):
         segment_max_rows: int | None = None,
         segment_max_bytes: int | None = None,
         segment_max_age_seconds: float | None = None,
+        segment_compression: str | None = None,
         body: Mapping[str, Any] | None = None,
     ) -> dict[str, Any] | None:
         return await self._run(
@@ -174,6 +175,7 @@ class AsyncPlateauClient(ClientBase):
                 segment_max_rows=segment_max_rows,
                 segment_max_bytes=segment_max_bytes,
                 segment_max_age_seconds=segment_max_age_seconds,
+                segment_compression=segment_compression,
                 body=body,
             )
         )

@@ -173,6 +173,7 @@ class PlateauClient(ClientBase):
         segment_max_rows: int | None = None,
         segment_max_bytes: int | None = None,
         segment_max_age_seconds: float | None = None,
+        segment_compression: str | None = None,
         body: Mapping[str, Any] | None = None,
     ) -> dict[str, Any] | None:
         """Create or update a topic; only the fields given change (idempotent)."""
@@ -186,6 +187,7 @@ class PlateauClient(ClientBase):
                 segment_max_rows=segment_max_rows,
                 segment_max_bytes=segment_max_bytes,
                 segment_max_age_seconds=segment_max_age_seconds,
+                segment_compression=segment_compression,
                 body=body,
             )
         )

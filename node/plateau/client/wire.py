@@ -272,6 +272,7 @@ def topic_request(
     segment_max_rows: int | None = None,
     segment_max_bytes: int | None = None,
     segment_max_age_seconds: float | None = None,
+    segment_compression: str | None = None,
 ) -> dict[str, Any]:
     """Body of ``PUT /admin/topics/{t}`` holding only the fields given.
 
@@ -296,6 +297,7 @@ def topic_request(
             ("max_rows", segment_max_rows),
             ("max_bytes", segment_max_bytes),
             ("max_age_seconds", segment_max_age_seconds),
+            ("compression", segment_compression),
         )
         if value is not None
     }
