@@ -51,8 +51,9 @@ def read_all(client: httpx.Client, topic: str, partition: str, start: int = 0) -
     return out
 
 
-def iterate(client: httpx.Client, topic: str, cursor: dict[str, int], page_size: int = 10_000
-            ) -> tuple[pa.Table, dict[str, object]]:
+def iterate(
+    client: httpx.Client, topic: str, cursor: dict[str, int], page_size: int = 10_000
+) -> tuple[pa.Table, dict[str, object]]:
     r = client.post(
         f"/topic/{topic}/records",
         params={"page_size": page_size},

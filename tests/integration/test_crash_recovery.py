@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import threading
 import time
 from pathlib import Path
@@ -14,17 +15,20 @@ from tests.arrowhttp import append, read_all
 from tests.nodeproc import NodeProcess
 
 
-def writer(url: str, partition: str, stop: threading.Event, acked: list[tuple[int, int, int]]
-           ) -> None:
+def writer(
+    url: str, partition: str, stop: threading.Event, acked: list[tuple[int, int, int]]
+) -> None:
     """Appends batches tagged with a sequence number; records (seq, start, end) of every ack."""
     seq = 0
     with httpx.Client(base_url=url, timeout=10) as c:
         while not stop.is_set():
             n = 200 + seq % 300
-            table = pa.table({
-                "seq": pa.array([seq] * n, pa.int64()),
-                "i": pa.array(range(n), pa.int64()),
-            })
+            table = pa.table(
+                {
+                    "seq": pa.array([seq] * n, pa.int64()),
+                    "i": pa.array(range(n), pa.int64()),
+                }
+            )
             try:
                 r = append(c, "crash", partition, table)
             except httpx.HTTPError:
@@ -42,9 +46,10 @@ def writer(url: str, partition: str, stop: threading.Event, acked: list[tuple[in
 def test_kill_9_loses_no_acknowledged_record(tmp_path: Path, fmt: str) -> None:
     node = NodeProcess(tmp_path / "data").start()
     with node.client() as c:
-        c.put("/admin/topics/crash", json={
-            "partitions": 2, "segment": {"format": fmt, "max_rows": 5000}
-        }).raise_for_status()
+        c.put(
+            "/admin/topics/crash",
+            json={"partitions": 2, "segment": {"format": fmt, "max_rows": 5000}},
+        ).raise_for_status()
     acked: dict[str, list[tuple[int, int, int]]] = {"0": [], "1": []}
     for _round in range(2):
         stop = threading.Event()
@@ -74,7 +79,7 @@ def test_kill_9_loses_no_acknowledged_record(tmp_path: Path, fmt: str) -> None:
             runs = [s for i, s in enumerate(seqs) if i == 0 or seqs[i - 1] != s]
             assert len(runs) == len(set(runs)), "a batch appears twice"
             spans = sorted((s, e) for _, s, e in acks)
-            assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:], strict=False))
+            assert all(a[1] <= b[0] for a, b in itertools.pairwise(spans))
             # appends continue after the last index; none reused
             r = append(c, "crash", p, pa.table({"seq": [-1], "i": [0]}))
             assert r.json()["span"]["start"] >= max(e for _, _, e in acks)

@@ -24,9 +24,10 @@ def test_load_shedding_is_observable_and_lossless(tmp_path: Path) -> None:
     """Parquet seals are slow next to tiny segments: the node must refuse whole appends (429)."""
     node = NodeProcess(tmp_path / "data").start()
     with node.client() as c:
-        c.put("/admin/topics/hot", json={
-            "segment": {"format": "parquet", "max_rows": 2000, "compression": "zstd"}
-        }).raise_for_status()
+        c.put(
+            "/admin/topics/hot",
+            json={"segment": {"format": "parquet", "max_rows": 2000, "compression": "zstd"}},
+        ).raise_for_status()
     body_rows = 2000
     acked: list[tuple[int, int, int]] = []
     rejected = [0]
@@ -71,11 +72,14 @@ def test_retention_holds_budget_plus_one_segment(tmp_path: Path, fmt: str) -> No
     node = NodeProcess(tmp_path / "data").start()
     budget = 400_000
     with node.client() as c:
-        c.put("/admin/topics/ret", json={
-            "partitions": 2,
-            "retention": {"max_bytes": budget},
-            "segment": {"format": fmt, "max_rows": 1000, "compression": "none"},
-        }).raise_for_status()
+        c.put(
+            "/admin/topics/ret",
+            json={
+                "partitions": 2,
+                "retention": {"max_bytes": budget},
+                "segment": {"format": fmt, "max_rows": 1000, "compression": "none"},
+            },
+        ).raise_for_status()
         seg_bytes = 0
         for i in range(60):
             while True:
@@ -86,7 +90,8 @@ def test_retention_holds_budget_plus_one_segment(tmp_path: Path, fmt: str) -> No
             assert r.status_code == 200, r.text
             info = c.get("/admin/topics/ret").json()
             on_disk = sum(
-                f.stat().st_size for f in (tmp_path / "data/topics/ret").glob("*/*")
+                f.stat().st_size
+                for f in (tmp_path / "data/topics/ret").glob("*/*")
                 if f.suffix in (".arrow", ".parquet")
             )
             seg_bytes = max(seg_bytes, 1000 * 110)
@@ -96,8 +101,11 @@ def test_retention_holds_budget_plus_one_segment(tmp_path: Path, fmt: str) -> No
         assert usage["partitions"]["0"]["end"] == 15_000
         # a lowered budget takes effect at once
         c.put("/admin/topics/ret", json={"retention": {"max_bytes": 0}}).raise_for_status()
-        remaining = [f for f in (tmp_path / "data/topics/ret").glob("*/*")
-                     if f.suffix in (".arrow", ".parquet")]
+        remaining = [
+            f
+            for f in (tmp_path / "data/topics/ret").glob("*/*")
+            if f.suffix in (".arrow", ".parquet")
+        ]
         assert remaining == []
     node.stop()
 
@@ -106,9 +114,10 @@ def test_retention_holds_budget_plus_one_segment(tmp_path: Path, fmt: str) -> No
 def test_reader_iterates_while_writers_append(tmp_path: Path) -> None:
     node = NodeProcess(tmp_path / "data").start()
     with node.client() as c:
-        c.put("/admin/topics/live", json={
-            "partitions": 3, "segment": {"format": "arrow", "max_rows": 3000}
-        }).raise_for_status()
+        c.put(
+            "/admin/topics/live",
+            json={"partitions": 3, "segment": {"format": "arrow", "max_rows": 3000}},
+        ).raise_for_status()
     per_partition = 30
     done = threading.Event()
 
@@ -128,8 +137,12 @@ def test_reader_iterates_while_writers_append(tmp_path: Path) -> None:
     with node.client() as c:
         while time.monotonic() < deadline:
             table, status = iterate(c, "live", cursor, page_size=700)
-            for p, seq, i in zip(*(table.column(n).to_pylist() for n in ("p", "seq", "i"))
-                                 if table.num_rows else ([], [], []), strict=True):
+            for p, seq, i in zip(
+                *(table.column(n).to_pylist() for n in ("p", "seq", "i"))
+                if table.num_rows
+                else ([], [], []),
+                strict=True,
+            ):
                 seen[p].append(seq * 500 + i)
             cursor = status["next"]  # type: ignore[assignment]
             if not any(w.is_alive() for w in writers) and status["status"] == "All":

@@ -6,11 +6,11 @@ import json
 
 import pyarrow as pa
 import pytest
-from tests.unit.conftest import EngineFactory, append_retrying, wait_for
 
 from plateau.storage.errors import Conflict, InvalidInput, NotFound
 from plateau.storage.topic_config import TopicConfigRequest
 from plateau.storage.types import Order, RecordStatus, Span, TimeRange
+from tests.unit.conftest import EngineFactory, append_retrying, wait_for
 
 
 def cfg(**kw: object) -> TopicConfigRequest:

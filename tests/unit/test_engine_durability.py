@@ -7,7 +7,6 @@ import os
 
 import pyarrow as pa
 import pytest
-from tests.unit.conftest import EngineFactory, append_retrying, wait_for
 
 from plateau.settings import StorageSettings
 from plateau.storage.engine import Engine
@@ -15,6 +14,7 @@ from plateau.storage.manifest import SegmentRow
 from plateau.storage.retention import plan
 from plateau.storage.topic_config import RetentionConfig, TopicConfigRequest
 from plateau.storage.types import Index, SegmentId, Span
+from tests.unit.conftest import EngineFactory, append_retrying, wait_for
 
 
 def rows(lo: int, hi: int) -> pa.Table:
