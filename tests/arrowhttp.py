@@ -39,9 +39,10 @@ def read(
 
 def read_all(client: httpx.Client, topic: str, partition: str, start: int = 0) -> list[pa.Table]:
     """Every record from ``start`` on, following pages until the partition's end."""
-    end = client.get(f"/topic/{topic}").json()["partitions"][partition]["end"]
+    span = client.get(f"/topic/{topic}").json()["partitions"][partition]
+    end = span["end"]
     out = []
-    pos = start
+    pos = max(start, span["start"])  # retention may have removed the oldest records
     while pos < end:
         table, _ = read(client, topic, partition, pos)
         if table.num_rows == 0:

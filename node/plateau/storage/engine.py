@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import sqlite3
 import shutil
 import threading
 import time
@@ -242,9 +243,13 @@ class Engine:
         p = self._partition_for_append(t, partition)
         try:
             span = p.append(table, t.config.segment)
-        except OSError as exc:
-            if exc.errno == ENOSPC:
-                raise InsufficientStorage(f"volume full while appending to {topic}") from exc
+        except (OSError, sqlite3.OperationalError) as exc:
+            if _disk_full(exc):
+                raise InsufficientStorage(
+                    f"volume full while appending to {topic}/{partition}: the append was not "
+                    "stored; writes are refused until retention or an operator frees space, "
+                    "reads go on"
+                ) from exc
             raise
         APPENDED_ROWS.labels(topic).inc(table.num_rows)
         APPENDED_BYTES.labels(topic).inc(table.nbytes)
@@ -402,3 +407,9 @@ class Engine:
                         self._enforce(t.name, publish=False)
                     except Exception:
                         log.exception("retention of %s failed", t.name)
+
+
+def _disk_full(exc: BaseException) -> bool:
+    if isinstance(exc, OSError):
+        return exc.errno == ENOSPC
+    return "full" in str(exc)  # sqlite3: "database or disk is full"

@@ -115,7 +115,15 @@ class Partition:
     def _new_segment_locked(self, schema: pa.Schema, config: SegmentConfig) -> OpenSegment:
         make_dirs(self.directory)
         seg_id = self._manifest.open_segment(self.topic, self.name, config.format, self.next_index)
-        self.open = OpenSegment.create(seg_id, self.next_index, schema, config, self.directory)
+        try:
+            self.open = OpenSegment.create(seg_id, self.next_index, schema, config, self.directory)
+        except BaseException:
+            # volume full before the schema was written: leave no half file, no open row
+            (self.directory / OpenSegment.file_name(self.next_index, seg_id)).unlink(
+                missing_ok=True
+            )
+            self._manifest.drop_segment(seg_id)
+            raise
         return self.open
 
     def _roll_locked(self) -> None:

@@ -70,12 +70,21 @@ class OpenSegment:
         config: SegmentConfig,
         directory: Path,
     ) -> OpenSegment:
-        path = directory / f"{first_index:020d}-{segment_id}.open"
+        path = directory / cls.file_name(first_index, segment_id)
         seg = cls(segment_id, first_index, schema, config, path)
         seg._file = path.open("xb", buffering=WRITE_BUFFER)
-        options = pa.ipc.IpcWriteOptions(compression=cls.ipc_compression(config))
-        seg._writer = pa.ipc.new_file(seg._file, schema, options=options)
+        try:
+            options = pa.ipc.IpcWriteOptions(compression=cls.ipc_compression(config))
+            seg._writer = pa.ipc.new_file(seg._file, schema, options=options)
+            seg._file.flush()
+        except BaseException:
+            seg._file.close()
+            raise
         return seg
+
+    @staticmethod
+    def file_name(first_index: int, segment_id: int) -> str:
+        return f"{first_index:020d}-{segment_id}.open"
 
     @staticmethod
     def ipc_compression(config: SegmentConfig) -> str | None:
