@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -22,8 +23,16 @@ from plateau.storage.types import RecordStatus, Span
 from tests.nodeproc import NodeProcess
 
 
-def client_for(node: NodeProcess, **kwargs: object) -> PlateauClient:
-    return PlateauClient(node.url, token=node.token, **kwargs)  # type: ignore[arg-type]
+@pytest.fixture(scope="module")
+def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
+    """One node for the tests that use topics of their own (starting a node takes seconds)."""
+    proc = NodeProcess(tmp_path_factory.mktemp("shared") / "data", token="test-token").start()
+    yield proc
+    proc.stop()
+
+
+def client_for(node: NodeProcess) -> PlateauClient:
+    return PlateauClient(node.url, token=node.token)
 
 
 def data(rows: int, offset: int = 0, width: int = 20) -> pa.Table:
@@ -35,8 +44,10 @@ def data(rows: int, offset: int = 0, width: int = 20) -> pa.Table:
     )
 
 
-def read_partition(client: PlateauClient, topic: str, partition: str, **kw: object) -> pa.Table:
-    tables = [page.table for page in client.read_all(topic, partition, **kw)]  # type: ignore[arg-type]
+def read_partition(
+    client: PlateauClient, topic: str, partition: str, start: int = 0, page_size: int = 1000
+) -> pa.Table:
+    tables = [page.table for page in client.read_all(topic, partition, start, page_size)]
     return pa.concat_tables(tables) if tables else pa.table({})
 
 
@@ -65,8 +76,8 @@ def test_append_read_round_trip(node: NodeProcess) -> None:
         assert end.table.num_rows == 0 and end.status == RecordStatus.ALL
 
 
-def test_append_row_dicts_and_batches(node: NodeProcess) -> None:
-    with client_for(node) as client:
+def test_append_row_dicts_and_batches(shared: NodeProcess) -> None:
+    with client_for(shared) as client:
         assert client.append("rows", "p", [{"a": 1}, {"a": 2, "b": "x"}]) == Span(0, 2)
         batch = pa.record_batch({"a": [3], "b": ["y"]})
         assert client.append("rows", "p", batch) == Span(2, 3)
@@ -75,7 +86,7 @@ def test_append_row_dicts_and_batches(node: NodeProcess) -> None:
 
 
 @pytest.fixture
-def small_node(tmp_path: Path):  # type: ignore[no-untyped-def]
+def small_node(tmp_path: Path) -> Iterator[NodeProcess]:
     proc = NodeProcess(
         tmp_path / "data", token="test-token", env={"PLATEAU_SERVER__MAX_REQUEST_BYTES": "200000"}
     ).start()
@@ -107,9 +118,9 @@ def test_single_row_over_the_limit_is_refused_and_nothing_written(
         assert client.topic("huge").partitions["0"] == Span(0, 1)
 
 
-def test_iterate_across_partitions_to_the_end(node: NodeProcess) -> None:
+def test_iterate_across_partitions_to_the_end(shared: NodeProcess) -> None:
     sizes = {"a": 2500, "b": 10, "c": 1200}
-    with client_for(node) as client:
+    with client_for(shared) as client:
         client.put_topic("it", partitions=2)  # partitions "0" and "1" exist, empty
         for name, count in sizes.items():
             client.append("it", name, data(count, offset=1_000_000 * ord(name)))
@@ -130,8 +141,8 @@ def test_iterate_across_partitions_to_the_end(node: NodeProcess) -> None:
         assert sum(p.table.num_rows for p in resumed) == 100
 
 
-def test_iterate_follow_sees_new_rows(node: NodeProcess) -> None:
-    with client_for(node) as client:
+def test_iterate_follow_sees_new_rows(shared: NodeProcess) -> None:
+    with client_for(shared) as client:
         client.append("live", "0", data(3))
         pages = client.iterate("live", follow=True, poll_interval=0.05)
         first = next(pages)
@@ -143,9 +154,9 @@ def test_iterate_follow_sees_new_rows(node: NodeProcess) -> None:
         pages.close()
 
 
-def test_time_filter_is_passed_through(node: NodeProcess) -> None:
+def test_time_filter_is_passed_through(shared: NodeProcess) -> None:
     table = pa.table({"time": pa.array([1000, 2000, 3000], pa.int64()), "v": [1, 2, 3]})
-    with client_for(node) as client:
+    with client_for(shared) as client:
         client.append("timed", "0", table)
         page = client.read("timed", "0", 0, time_start=1500, time_end="1970-01-01T00:00:02.5Z")
         assert page.table.column("v").to_pylist() == [2]
@@ -153,8 +164,8 @@ def test_time_filter_is_passed_through(node: NodeProcess) -> None:
         assert [v for p in pages for v in p.table.column("v").to_pylist()] == [3]
 
 
-def test_admin_round_trip(node: NodeProcess) -> None:
-    with client_for(node) as client:
+def test_admin_round_trip(shared: NodeProcess) -> None:
+    with client_for(shared) as client:
         created = client.put_topic(
             "adm",
             partitions=2,
@@ -184,14 +195,14 @@ def test_admin_round_trip(node: NodeProcess) -> None:
             client.delete_topic("adm")
 
 
-def test_errors_carry_the_nodes_message(node: NodeProcess) -> None:
-    with PlateauClient(node.url) as anonymous:
+def test_errors_carry_the_nodes_message(shared: NodeProcess) -> None:
+    with PlateauClient(shared.url) as anonymous:
         with pytest.raises(AuthError) as info:
             anonymous.append("t", "0", data(1))
         assert info.value.status == 401 and info.value.message
-    with client_for(node) as client, pytest.raises(NotFoundError, match="nope"):
+    with client_for(shared) as client, pytest.raises(NotFoundError, match="nope"):
         client.read("nope", "0", 0)
-    with client_for(node) as client, pytest.raises(BadRequestError):
+    with client_for(shared) as client, pytest.raises(BadRequestError):
         client.append("Bad Name", "0", data(1))
 
 

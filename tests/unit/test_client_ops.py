@@ -180,9 +180,34 @@ def test_append_is_not_resent_after_a_lost_connection() -> None:
         sent.append(call)
         raise ConnectionFailed("connection reset")
 
-    with pytest.raises(ConnectionFailed):
+    with pytest.raises(ConnectionFailed, match="may or may not have taken effect"):
         drive(ops.append(state(), "t", "p", table(5)), broken)
     assert len(sent) == 1
+
+
+def test_append_is_retried_when_no_connection_was_made() -> None:
+    node = FakePartition()
+    refused = iter([True, True])
+
+    def down_then_up(call: ops.Call) -> httpx.Response:
+        if next(refused, False):
+            raise ConnectionFailed("connection refused", request_sent=False)
+        return node(call)
+
+    span, sleeps, _ = drive(ops.append(state(), "t", "p", table(5)), down_then_up)
+    assert span == Span(0, 5) and len(sleeps) == 2 and node.rows == list(range(5))
+
+
+def test_unreachable_node_is_reported_after_few_attempts() -> None:
+    attempts = []
+
+    def down(call: ops.Call) -> httpx.Response:
+        attempts.append(call)
+        raise ConnectionFailed("connection refused", request_sent=False)
+
+    with pytest.raises(ConnectionFailed, match="refused"):
+        drive(ops.topics(state(connection_attempts=3)), down)
+    assert len(attempts) == 3
 
 
 def test_reads_are_resent_after_a_lost_connection() -> None:
@@ -257,7 +282,8 @@ def test_iterate_follow_polls_and_emits_only_rows() -> None:
         ]
     )
     op = ops.iterate(state(), "t", {"a": 0}, 10, follow=True, poll_interval=0.5)
-    emitted, sleeps = [], []
+    emitted: list[Any] = []
+    sleeps: list[float] = []
     reply = None
     while len(emitted) < 2:
         step = op.send(reply)

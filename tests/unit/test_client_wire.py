@@ -147,7 +147,7 @@ def test_partition_page_from_headers() -> None:
 
 
 def test_partition_page_from_json() -> None:
-    body = {"span": None, "status": "All", "records": []}
+    body: dict[str, object] = {"span": None, "status": "All", "records": []}
     page = parse_partition_page(httpx.Response(200, json=body), 0)
     assert page.span is None and page.table.num_rows == 0
 

@@ -9,7 +9,7 @@ import httpx
 import pyarrow as pa
 
 from plateau.client import ops
-from plateau.client.errors import ConnectionFailed
+from plateau.client.errors import ConnectionFailed, PlateauClientError
 from plateau.client.wire import (
     UNSET,
     PartitionPage,
@@ -44,9 +44,18 @@ class ClientBase:
             self._headers["authorization"] = f"Bearer {token}"
         self._state = ops.ClientState(retry=retry or RetryPolicy())
 
-    def _connection_failed(self, exc: httpx.HTTPError) -> ConnectionFailed:
+    def _connection_failed(self, exc: httpx.HTTPError) -> PlateauClientError:
+        """Say what went wrong in the user's terms, and whether the request went out."""
         detail = str(exc) or type(exc).__name__
-        return ConnectionFailed(f"cannot reach the node at {self.url}: {detail}")
+        if isinstance(exc, httpx.UnsupportedProtocol):
+            return PlateauClientError(None, f"bad node URL {self.url!r}: {detail}")
+        if isinstance(exc, httpx.ConnectError | httpx.ConnectTimeout | httpx.PoolTimeout):
+            return ConnectionFailed(f"cannot reach the node at {self.url}: {detail}", False)
+        if isinstance(exc, httpx.TimeoutException):
+            return ConnectionFailed(
+                f"no reply from the node at {self.url} within {self.timeout:g}s"
+            )
+        return ConnectionFailed(f"connection to the node at {self.url} failed: {detail}")
 
     @staticmethod
     def _request_args(call: ops.Call) -> dict[str, Any]:

@@ -4,7 +4,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -58,7 +58,7 @@ class AsyncPlateauClient(ClientBase):
         except httpx.HTTPError as exc:
             raise self._connection_failed(exc) from exc
 
-    async def _steps(self, op: ops.StreamOp[T] | ops.Op[Any]) -> AsyncIterator[T]:
+    async def _steps(self, op: ops.StreamOp[T] | ops.Op[Any]) -> AsyncGenerator[T, None]:
         reply: httpx.Response | None = None
         failure: ConnectionFailed | None = None
         while True:
@@ -121,7 +121,7 @@ class AsyncPlateauClient(ClientBase):
         page_size: int = 1000,
         time_start: TimeBound = None,
         time_end: TimeBound = None,
-    ) -> AsyncIterator[PartitionPage]:
+    ) -> AsyncGenerator[PartitionPage, None]:
         return self._steps(self._read_all(topic, partition, start, page_size, time_start, time_end))
 
     def iterate(
@@ -135,7 +135,7 @@ class AsyncPlateauClient(ClientBase):
         time_end: TimeBound = None,
         follow: bool = False,
         poll_interval: float = 1.0,
-    ) -> AsyncIterator[TopicPage]:
+    ) -> AsyncGenerator[TopicPage, None]:
         return self._steps(
             ops.iterate(
                 self._state,

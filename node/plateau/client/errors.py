@@ -33,14 +33,17 @@ class PlateauClientError(Exception):
 class ConnectionFailed(PlateauClientError):
     """No HTTP reply: unreachable node, refused connection, timeout, broken stream.
 
-    For an append this means *unknown outcome*: the node may have written the
-    rows before the connection broke, so the client never resends an append by
-    itself (that could duplicate records); the caller decides, for example by
-    checking the partition's end with ``topic()``.
+    ``request_sent`` is False when no connection was made, so the node cannot
+    have acted on the request. When it is True for an append, the outcome is
+    *unknown*: the node may have written the rows before the connection broke,
+    so the client never resends it by itself (that could duplicate records);
+    the caller decides, for example by checking the partition's end with
+    ``topic()``.
     """
 
-    def __init__(self, message: str) -> None:
+    def __init__(self, message: str, request_sent: bool = True) -> None:
         super().__init__(None, message)
+        self.request_sent = request_sent
 
 
 class BadRequestError(PlateauClientError):

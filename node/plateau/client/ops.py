@@ -96,18 +96,26 @@ class ClientState:
 
 
 def request(call: Call, state: ClientState) -> Op[httpx.Response]:
-    """Send ``call``; retry 429 (always) and lost connections (if safe); raise other errors."""
+    """Send ``call``; retry 429 and lost connections (when safe); raise other errors.
+
+    A connection that was never made is retried for every request; one lost
+    after the request went out only if ``call.safe_to_repeat``.
+    """
     policy = state.retry
     started = time.monotonic()
-    attempt = 0
+    busy = lost = 0
     while True:
         try:
             reply = yield call
-        except ConnectionFailed:
-            if not call.safe_to_repeat:
-                raise
-            delay = backoff_delay(attempt, None, policy)
-            if attempt + 1 >= policy.max_attempts or _past(started, delay, policy):
+        except ConnectionFailed as exc:
+            if exc.request_sent and not call.safe_to_repeat:
+                raise ConnectionFailed(
+                    f"{exc.message}; the request may or may not have taken effect on the node"
+                    " and was not resent"
+                ) from exc
+            delay = backoff_delay(lost, None, policy)
+            lost += 1
+            if lost >= policy.connection_attempts or _past(started, delay, policy):
                 raise
         else:
             assert reply is not None
@@ -116,10 +124,10 @@ def request(call: Call, state: ClientState) -> Op[httpx.Response]:
             error = error_from_response(reply)
             if not isinstance(error, BusyError):
                 raise error
-            delay = backoff_delay(attempt, error.retry_after, policy)
-            if attempt + 1 >= policy.max_attempts or _past(started, delay, policy):
+            delay = backoff_delay(busy, error.retry_after, policy)
+            busy += 1
+            if busy >= policy.max_attempts or _past(started, delay, policy):
                 raise error
-        attempt += 1
         yield Sleep(delay)
 
 

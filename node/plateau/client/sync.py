@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 
@@ -64,7 +64,7 @@ class PlateauClient(ClientBase):
         except httpx.HTTPError as exc:
             raise self._connection_failed(exc) from exc
 
-    def _steps(self, op: ops.StreamOp[T] | ops.Op[Any]) -> Iterator[T]:
+    def _steps(self, op: ops.StreamOp[T] | ops.Op[Any]) -> Generator[T, None, None]:
         reply: httpx.Response | None = None
         failure: ConnectionFailed | None = None
         while True:
@@ -130,7 +130,7 @@ class PlateauClient(ClientBase):
         page_size: int = 1000,
         time_start: TimeBound = None,
         time_end: TimeBound = None,
-    ) -> Iterator[PartitionPage]:
+    ) -> Generator[PartitionPage, None, None]:
         """Pages from ``start`` up to the partition's end at the time of reading."""
         return self._steps(self._read_all(topic, partition, start, page_size, time_start, time_end))
 
@@ -145,7 +145,7 @@ class PlateauClient(ClientBase):
         time_end: TimeBound = None,
         follow: bool = False,
         poll_interval: float = 1.0,
-    ) -> Iterator[TopicPage]:
+    ) -> Generator[TopicPage, None, None]:
         """Topic pages across partitions, ``(table, cursor, status)``; see ``ops.iterate``."""
         return self._steps(
             ops.iterate(

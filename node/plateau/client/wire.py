@@ -62,12 +62,15 @@ class RetryPolicy:
 
     Delays grow exponentially from ``base_delay`` up to ``max_delay``, never
     below the node's ``Retry-After``, with jitter so that many writers refused
-    at once do not come back at once. Retrying stops after ``max_attempts``
-    tries or once ``max_elapsed`` seconds have passed, whichever comes first.
-    Connection failures are retried only for requests that are safe to repeat.
+    at once do not come back at once. A busy node is retried up to
+    ``max_attempts`` tries, a failed connection up to ``connection_attempts``
+    (few: an unreachable node should be reported quickly), and never past
+    ``max_elapsed`` seconds. A connection lost after the request was sent is
+    retried only for requests that are safe to repeat (never an append).
     """
 
     max_attempts: int = 10
+    connection_attempts: int = 3
     base_delay: float = 0.05
     max_delay: float = 5.0
     max_elapsed: float = 60.0
