@@ -60,6 +60,12 @@ class StorageSettings(BaseModel):
         ge=0,
         description="Writes are refused (503) when the volume has less free space than this.",
     )
+    ballast_bytes: int = Field(
+        default=1 * MiB,
+        ge=0,
+        description="Space held in <data>/ballast and released so that a node can recover "
+        "and start on a full volume.",
+    )
     retention_interval_seconds: float = Field(
         default=5.0, gt=0, description="How often retention and segment age limits are checked."
     )

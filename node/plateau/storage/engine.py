@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import sqlite3
 import shutil
+import sqlite3
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -24,6 +24,7 @@ from plateau.metrics import APPENDED_BYTES, APPENDED_ROWS, TOPIC_BUDGET_BYTES, T
 from plateau.settings import StorageSettings
 from plateau.storage import reading, retention
 from plateau.storage.errors import Conflict, InsufficientStorage, NotFound, Unavailable
+from plateau.storage.files import BALLAST, Ballast
 from plateau.storage.manifest import Manifest, SegmentRow
 from plateau.storage.names import check_name
 from plateau.storage.partition import Partition
@@ -64,7 +65,7 @@ class Engine:
         self.settings = settings
         self.data_dir = settings.data_dir.resolve()
         (self.data_dir / "topics").mkdir(parents=True, exist_ok=True)
-        self._manifest = Manifest(self.data_dir / "manifest.sqlite")
+        self._ballast = Ballast(self.data_dir / BALLAST, settings.ballast_bytes)
         self._cache = ReaderCache()
         self._snapshot = SnapshotWriter(self.data_dir)
         self._sealer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sealer")
@@ -74,7 +75,7 @@ class Engine:
         self._relaxed = settings.durability.mode == "relaxed"
         self._closed = threading.Event()
         self._topics: dict[str, Topic] = {}
-        recovered = recover(self.data_dir, self._manifest)
+        self._manifest, recovered = self._open_and_recover()
         for name, config in self._manifest.topics().items():
             topic = Topic(name, config)
             for pname, next_index in self._manifest.partitions(name).items():
@@ -88,6 +89,24 @@ class Engine:
         self._publish_snapshot()
         self._timer = threading.Thread(target=self._tick_loop, name="retention", daemon=True)
         self._timer.start()
+
+    def _open_and_recover(self) -> tuple[Manifest, dict[tuple[str, str], list[SegmentRow]]]:
+        """Recovery needs a little space (SQLite pages); on a full volume the ballast gives it."""
+        for attempt in range(2):
+            manifest: Manifest | None = None
+            try:
+                manifest = Manifest(self.data_dir / "manifest.sqlite")
+                recovered = recover(self.data_dir, manifest)
+            except (OSError, sqlite3.OperationalError) as exc:
+                if manifest is not None:
+                    manifest.close()
+                if attempt or not _disk_full(exc) or not self._ballast.release():
+                    raise
+                log.warning("volume full at start: released the ballast to recover")
+                continue
+            self._ballast.ensure()
+            return manifest, recovered
+        raise AssertionError("unreachable")
 
     def _partition(
         self, topic: str, name: str, next_index: Index, sealed: list[SegmentRow]

@@ -54,3 +54,39 @@ def make_dirs(path: Path) -> None:
     for d in reversed(missing):
         d.mkdir(exist_ok=True)
         fsync_dir(d.parent)
+
+
+BALLAST = "ballast"
+
+
+class Ballast:
+    """A preallocated file that is given up when the volume is full at start.
+
+    A node killed on a full volume must still be able to recover (SQLite needs
+    a few pages, a torn segment is sealed). Deleting the ballast makes that
+    room; it is re-created once space is free again.
+    """
+
+    def __init__(self, path: Path, size: int) -> None:
+        self.path = path
+        self.size = size
+
+    def release(self) -> bool:
+        if not self.path.exists():
+            return False
+        self.path.unlink()
+        fsync_dir(self.path.parent)
+        return True
+
+    def ensure(self) -> None:
+        if self.size <= 0 or (self.path.exists() and self.path.stat().st_size >= self.size):
+            return
+        free = os.statvfs(self.path.parent)
+        if free.f_bavail * free.f_frsize < 4 * self.size:
+            return  # too tight now; tried again at the next start
+        fd = os.open(self.path, os.O_CREAT | os.O_WRONLY, 0o600)
+        try:
+            os.posix_fallocate(fd, 0, self.size)
+            os.fsync(fd)
+        finally:
+            os.close(fd)

@@ -181,9 +181,10 @@ class Manifest:
         with self._lock, self._db:
             self._db.execute("BEGIN")
             self._db.execute(
-                "UPDATE segments SET state='sealed', end_index=?, rows=?, bytes=?, "
+                "UPDATE segments SET state='sealed', format=?, end_index=?, rows=?, bytes=?, "
                 "min_time_ms=?, max_time_ms=?, path=?, sealed_at=? WHERE id=?",
                 (
+                    row.format,
                     row.end_index,
                     row.rows,
                     row.bytes,

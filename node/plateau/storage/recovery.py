@@ -10,12 +10,14 @@ and the rest is cut off.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import time
 from pathlib import Path
 
 import pyarrow as pa
 
+from plateau.storage.files import rename_durably
 from plateau.storage.manifest import Manifest, OpenRow, SegmentRow
 from plateau.storage.sealed import read_whole, sealed_name, write_sealed
 from plateau.storage.segment import time_bounds_ms
@@ -25,30 +27,33 @@ log = logging.getLogger(__name__)
 
 ARROW_MAGIC = b"ARROW1"
 STREAM_START = 8  # 6 magic bytes + 2 padding
+ENOSPC = 28
 
 
-def read_open_file(path: Path) -> tuple[pa.Schema | None, list[pa.RecordBatch]]:
-    """Schema and the complete batches of an open segment file, stopping at a torn tail."""
+def read_open_file(path: Path) -> tuple[pa.Schema | None, list[pa.RecordBatch], int]:
+    """Schema, complete batches and the byte length they occupy, stopping at a torn tail."""
     data = path.read_bytes()
     if len(data) < STREAM_START or not data.startswith(ARROW_MAGIC):
-        return None, []
+        return None, [], 0
     source = pa.BufferReader(pa.py_buffer(data)[STREAM_START:])
     try:
         reader = pa.ipc.open_stream(source)
     except (pa.ArrowInvalid, OSError):
-        return None, []
+        return None, [], 0
     batches: list[pa.RecordBatch] = []
+    valid_end = STREAM_START + source.tell()
     while True:
         try:
             batch = reader.read_next_batch()
             batch.validate(full=True)
-            batches.append(batch)
         except StopIteration:
             break
         except (pa.ArrowInvalid, OSError) as exc:
             log.warning("%s: torn tail cut after %d batches (%s)", path, len(batches), exc)
             break
-    return reader.schema, batches
+        batches.append(batch)
+        valid_end = STREAM_START + source.tell()
+    return reader.schema, batches, valid_end
 
 
 def recover(data_dir: Path, manifest: Manifest) -> dict[tuple[str, str], list[SegmentRow]]:
@@ -120,13 +125,20 @@ def _recover_open(data_dir: Path, manifest: Manifest, row: OpenRow) -> None:
     open_path = directory / f"{row.first_index:020d}-{row.id}.open"
     final = directory / sealed_name(row.first_index, row.id, row.format)
     table: pa.Table | None = None
+    fmt = row.format
     if open_path.exists():
-        schema, batches = read_open_file(open_path)
+        schema, batches, valid_end = read_open_file(open_path)
         rows = sum(b.num_rows for b in batches)
         if schema is not None and rows > 0:
             table = pa.Table.from_batches(batches, schema=schema)
             compression = manifest.topics()[row.topic].segment.compression
-            write_sealed(final, table, row.format, compression)
+            try:
+                write_sealed(final, table, row.format, compression)
+            except OSError as exc:
+                if exc.errno != ENOSPC:
+                    raise
+                final = seal_in_place(open_path, valid_end, row)
+                fmt = "arrow"
             log.warning("recovered %d rows of %s", rows, open_path)
     elif final.exists():
         try:
@@ -145,7 +157,7 @@ def _recover_open(data_dir: Path, manifest: Manifest, row: OpenRow) -> None:
             id=row.id,
             topic=row.topic,
             partition=row.partition,
-            format=row.format,
+            format=fmt,
             first_index=row.first_index,
             end_index=Index(row.first_index + table.num_rows),
             bytes=final.stat().st_size,
@@ -156,3 +168,19 @@ def _recover_open(data_dir: Path, manifest: Manifest, row: OpenRow) -> None:
         )
     )
     open_path.unlink(missing_ok=True)
+
+
+def seal_in_place(open_path: Path, valid_end: int, row: OpenRow) -> Path:
+    """Seal without a second copy, for a full volume: cut the torn tail, rename to ``.arrow``.
+
+    The result has no footer; ``sealed.SegmentReader`` reads such a file as a
+    stream. A parquet topic's write-ahead file becomes an ``arrow`` segment this
+    way (the manifest row and snapshot say so), rather than losing data.
+    """
+    with open_path.open("r+b") as f:
+        f.truncate(valid_end)
+        os.fsync(f.fileno())
+    final = open_path.with_name(sealed_name(row.first_index, row.id, "arrow"))
+    rename_durably(open_path, final)
+    log.warning("volume full: sealed %s in place as %s", open_path, final.name)
+    return final

@@ -19,6 +19,7 @@ from plateau.storage.files import publish
 from plateau.storage.types import SegmentId
 
 PARQUET_ROW_GROUP = 65_536
+STREAM_START = 8  # Arrow file magic and padding before the stream of messages
 
 
 def sealed_name(first_index: int, segment_id: int, fmt: str) -> str:
@@ -50,7 +51,18 @@ def read_whole(path: Path, fmt: str) -> pa.Table:
     if fmt == "parquet":
         return pq.read_table(path)
     with pa.memory_map(str(path)) as source:
-        return pa.ipc.open_file(source).read_all()
+        return pa.Table.from_batches(*_arrow_batches(source))
+
+
+def _arrow_batches(source: pa.MemoryMappedFile) -> tuple[list[pa.RecordBatch], pa.Schema]:
+    """Batches of an Arrow segment; one sealed in place on a full volume has no footer."""
+    try:
+        reader = pa.ipc.open_file(source)
+        return [reader.get_batch(i) for i in range(reader.num_record_batches)], reader.schema
+    except pa.ArrowInvalid:
+        source.seek(STREAM_START)
+        stream = pa.ipc.open_stream(source)
+        return list(stream), stream.schema
 
 
 class SegmentReader:
@@ -60,22 +72,21 @@ class SegmentReader:
         self._lock = threading.Lock()
         self.fmt = fmt
         self._source: pa.MemoryMappedFile | None = None
+        self._parquet: pq.ParquetFile | None = None
+        self._batches: list[pa.RecordBatch] = []
         if fmt == "parquet":
-            self._parquet: pq.ParquetFile | None = pq.ParquetFile(path, memory_map=True)
+            self._parquet = pq.ParquetFile(path, memory_map=True)
             meta = self._parquet.metadata
             counts = [meta.row_group(i).num_rows for i in range(meta.num_row_groups)]
-            self._ipc = None
+            self.schema: pa.Schema = self._parquet.schema_arrow
         else:
-            self._parquet = None
+            # memory-mapped: batches are zero-copy views, decompressed (if at all) on access
             self._source = pa.memory_map(str(path))
-            self._ipc = pa.ipc.open_file(self._source)
-            counts = [self._ipc.get_batch(i).num_rows for i in range(self._ipc.num_record_batches)]
+            self._batches, self.schema = _arrow_batches(self._source)
+            counts = [b.num_rows for b in self._batches]
         self._starts = [0]
         for c in counts:
             self._starts.append(self._starts[-1] + c)
-        self.schema: pa.Schema = (
-            self._parquet.schema_arrow if self._parquet is not None else self._ipc.schema  # type: ignore[union-attr]
-        )
 
     @property
     def rows(self) -> int:
@@ -92,10 +103,7 @@ class SegmentReader:
             if self._parquet is not None:
                 table = self._parquet.read_row_groups(list(range(first, last + 1)))
             else:
-                assert self._ipc is not None
-                table = pa.Table.from_batches(
-                    [self._ipc.get_batch(i) for i in range(first, last + 1)], schema=self.schema
-                )
+                table = pa.Table.from_batches(self._batches[first : last + 1], schema=self.schema)
         base = self._starts[first]
         return table.slice(offset - base, end - offset)
 

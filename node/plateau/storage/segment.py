@@ -140,16 +140,17 @@ class OpenSegment:
     def _abandon_writer(self, pos: int) -> None:
         """After a failed write the pyarrow writer's state is unknown: stop using it.
 
-        The file is truncated to the last complete batch; the segment is then
-        sealed by rewriting it from memory (``sealer``), as recovery does.
+        With ``pos`` the file is cut back to the last complete batch; the segment
+        is then sealed by rewriting it from memory, as recovery does.
         """
         file = self._file
         self._writer = None
         self._file = None
         if file is None:
             return
-        with contextlib.suppress(OSError):
-            file.truncate(pos)
+        if pos:
+            with contextlib.suppress(OSError):
+                file.truncate(pos)
         with contextlib.suppress(OSError):
             file.close()
 
@@ -164,15 +165,23 @@ class OpenSegment:
         def final() -> None:
             if self._writer is None or self._file is None:
                 return
-            self._writer.close()
-            self._file.flush()
-            os.fsync(self._file.fileno())
-            self._file.close()
-            self._writer = None
-            self._file = None
-            ok[0] = True
+            try:
+                self._writer.close()
+                self._file.flush()
+                os.fsync(self._file.fileno())
+                self._file.close()
+                self._writer = None
+                self._file = None
+                ok[0] = True
+            except OSError:
+                # no room for the footer: the caller rewrites from memory, or recovery
+                # reads the batches, which were fsynced before they were acknowledged
+                self._abandon_writer(0)
 
-        self.commit.close(final)
+        try:
+            self.commit.close(final)
+        except OSError:
+            self._abandon_writer(0)  # the last fsync failed: same as above
         return ok[0]
 
     def abort(self) -> None:
