@@ -16,10 +16,14 @@ from tests.nodeproc import NodeProcess
 
 
 def writer(
-    url: str, partition: str, stop: threading.Event, acked: list[tuple[int, int, int]]
+    url: str,
+    partition: str,
+    stop: threading.Event,
+    acked: list[tuple[int, int, int]],
+    first_seq: int,
 ) -> None:
-    """Appends batches tagged with a sequence number; records (seq, start, end) of every ack."""
-    seq = 0
+    """Appends batches tagged with a unique sequence number; records (seq, start, end) of acks."""
+    seq = first_seq
     with httpx.Client(base_url=url, timeout=10) as c:
         while not stop.is_set():
             n = 200 + seq % 300
@@ -51,10 +55,11 @@ def test_kill_9_loses_no_acknowledged_record(tmp_path: Path, fmt: str) -> None:
             json={"partitions": 2, "segment": {"format": fmt, "max_rows": 5000}},
         ).raise_for_status()
     acked: dict[str, list[tuple[int, int, int]]] = {"0": [], "1": []}
-    for _round in range(2):
+    for round_ in range(2):
         stop = threading.Event()
         threads = [
-            threading.Thread(target=writer, args=(node.url, p, stop, acked[p])) for p in acked
+            threading.Thread(target=writer, args=(node.url, p, stop, acked[p], round_ * 1_000_000))
+            for p in acked
         ]
         for t in threads:
             t.start()
