@@ -22,7 +22,11 @@ if TYPE_CHECKING:
 
 DEFAULT_URL = "http://127.0.0.1:3030"
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help=__doc__)
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    help="plateau: run a columnar data aggregator node, and talk to one over its HTTP API.",
+)
 topic_app = typer.Typer(
     no_args_is_help=True, help="Create, change, show and delete topics (admin API)."
 )
@@ -55,7 +59,9 @@ def _root(
 
 
 def fail(message: str) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
+    """Print one ``error:`` line (multi-line messages are joined) and exit with code 2."""
+    line = "; ".join(part.strip() for part in message.splitlines() if part.strip())
+    typer.echo(f"error: {line}", err=True)
     raise typer.Exit(2)
 
 
