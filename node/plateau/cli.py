@@ -107,7 +107,7 @@ def node(
         str | None, typer.Option(help="Bearer token for writes and admin.", envvar=None)
     ] = None,
     capacity_bytes: Annotated[
-        int | None, typer.Option(help="Bytes allocatable to topics [volume size].")
+        int | None, typer.Option(help="Bytes allocatable to topics (default: the volume size).")
     ] = None,
     durability: Annotated[str | None, typer.Option(help="fsync (default) or relaxed.")] = None,
 ) -> None:

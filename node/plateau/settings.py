@@ -9,6 +9,7 @@ field is documented in the README's configuration table.
 from __future__ import annotations
 
 import os
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
@@ -21,6 +22,8 @@ from pydantic_settings import (
 )
 
 from plateau.storage.topic_config import MiB, TopicConfig
+
+_config_file: ContextVar[str | None] = ContextVar("plateau_config_file", default=None)
 
 
 class DurabilitySettings(BaseModel):
@@ -36,14 +39,22 @@ class DurabilitySettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    mode: Literal["fsync", "relaxed"] = "fsync"
-    relaxed_interval_ms: int = Field(default=200, gt=0)
+    mode: Literal["fsync", "relaxed"] = Field(
+        default="fsync",
+        description="fsync: acknowledge after fsync (group commit); relaxed: acknowledge "
+        "after the page cache, fsync on a timer (a power cut can lose that window).",
+    )
+    relaxed_interval_ms: int = Field(
+        default=200, gt=0, description="With relaxed durability: how often data is fsynced."
+    )
 
 
 class StorageSettings(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    data_dir: Path = Field(default=Path("./data"), description="Where manifest and segments live.")
+    data_dir: Path = Field(
+        default=Path("./data"), description="Where the manifest and segments live."
+    )
     capacity_bytes: int | None = Field(
         default=None,
         gt=0,
@@ -86,7 +97,9 @@ class ServerSettings(BaseModel):
     max_page_bytes: int = Field(
         default=16 * MiB, gt=0, description="A read reply stops (ByteLimited) past this size."
     )
-    log_level: Literal["debug", "info", "warning", "error"] = "info"
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="Log verbosity."
+    )
 
 
 class AuthSettings(BaseModel):
@@ -120,7 +133,7 @@ class NodeSettings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        config_file = os.environ.get("PLATEAU_CONFIG")
+        config_file = _config_file.get() or os.environ.get("PLATEAU_CONFIG")
         sources: list[PydanticBaseSettingsSource] = [init_settings, env_settings]
         if config_file:
             sources.append(YamlConfigSettingsSource(settings_cls, yaml_file=config_file))
@@ -129,8 +142,13 @@ class NodeSettings(BaseSettings):
 
 def load_settings(config_file: Path | None = None, **overrides: Any) -> NodeSettings:
     """Build settings from all sources; ``overrides`` are command-line values (nested dicts)."""
-    if config_file is not None:
-        if not config_file.is_file():
-            raise FileNotFoundError(f"config file {config_file} does not exist")
-        os.environ["PLATEAU_CONFIG"] = str(config_file)
-    return NodeSettings(**overrides)
+    if config_file is None:
+        env_file = os.environ.get("PLATEAU_CONFIG")
+        config_file = Path(env_file) if env_file else None
+    if config_file is not None and not config_file.is_file():
+        raise FileNotFoundError(f"config file {config_file} does not exist")
+    token = _config_file.set(str(config_file) if config_file else None)
+    try:
+        return NodeSettings(**overrides)
+    finally:
+        _config_file.reset(token)
