@@ -128,3 +128,21 @@ def test_relaxed_durability_acknowledges_and_flushes(make_engine: EngineFactory)
     seg = e._topics["t"].partitions["0"].open
     assert seg is not None
     wait_for(lambda: seg.commit.synced == 3)
+
+
+def test_segments_seal_by_age_and_age_retention_deletes(make_engine: EngineFactory) -> None:
+    e = make_engine(retention_interval_seconds=0.2)
+    e.put_topic(
+        "t",
+        TopicConfigRequest.model_validate(
+            {"segment": {"max_age_seconds": 0.2}, "retention": {"max_age_seconds": 3600}}
+        ),
+    )
+    old_ms = 1_000  # records from 1970: older than any max age
+    e.append("t", "0", pa.table({"time": pa.array([old_ms, old_ms + 1], pa.int64())}))
+    part = e._topics["t"].partitions["0"]
+    # the timer seals the idle open segment; then age retention removes it
+    wait_for(lambda: part.open is None and part.sealing is None, timeout=10)
+    wait_for(lambda: not part.view().sealed, timeout=10)
+    assert e.topic_usage("t").partitions["0"].span == Span(2, 2)
+    assert e.append("t", "0", rows(0, 1)).start == 2
