@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import signal
 from pathlib import Path
 
+import httpx
 import uvicorn
-from fastapi.testclient import TestClient
+from fastapi import FastAPI
 
 from plateau.server.app import create_app
 from plateau.server.run import NodeServer
@@ -20,18 +22,27 @@ def make(tmp_path: Path) -> tuple[NodeSettings, Engine]:
     return settings, Engine(settings.storage)
 
 
+def client(app: FastAPI) -> httpx.AsyncClient:
+    transport = httpx.ASGITransport(app=app, raise_app_exceptions=False)
+    return httpx.AsyncClient(transport=transport, base_url="http://node")
+
+
 def test_ready_while_serving_then_engine_closed(tmp_path: Path) -> None:
     settings, engine = make(tmp_path)
     app = create_app(settings, engine)
     state: NodeState = app.state.plateau
     assert not state.ready
-    with TestClient(app) as client:
-        assert client.get("/readyz").json() == {"status": "ready"}
-        state.ready = False  # what a stop signal does before requests drain
-        r = client.get("/readyz")
-        assert r.status_code == 503
-        assert r.json()["code"] == 503
-        assert client.get("/healthz").status_code == 200
+
+    async def scenario() -> None:
+        async with app.router.lifespan_context(app), client(app) as c:
+            assert (await c.get("/readyz")).json() == {"status": "ready"}
+            state.ready = False  # what a stop signal does before requests drain
+            r = await c.get("/readyz")
+            assert r.status_code == 503
+            assert r.json()["code"] == 503
+            assert (await c.get("/healthz")).status_code == 200
+
+    asyncio.run(scenario())
     assert state.engine_closed
 
 
@@ -57,7 +68,10 @@ def test_unexpected_errors_are_json_500(tmp_path: Path) -> None:
     async def boom() -> None:
         raise RuntimeError("kaput")
 
-    with TestClient(app, raise_server_exceptions=False) as client:
-        r = client.get("/boom")
-        assert r.status_code == 500
-        assert r.json() == {"message": "internal error: RuntimeError", "code": 500}
+    async def scenario() -> httpx.Response:
+        async with app.router.lifespan_context(app), client(app) as c:
+            return await c.get("/boom")
+
+    r = asyncio.run(scenario())
+    assert r.status_code == 500
+    assert r.json() == {"message": "internal error: RuntimeError", "code": 500}
