@@ -1,0 +1,492 @@
+"""Shared pieces of the benchmarks: data, the node process, disk bandwidth, sampling.
+
+Nothing here imports ``plateau``: the benchmarks talk to a real node over
+loopback HTTP, like any client would, and start it as a subprocess so that its
+CPU, memory and I/O are measured apart from the clients'.
+"""
+
+from __future__ import annotations
+
+import array
+import contextlib
+import json
+import math
+import os
+import random
+import resource
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+import psutil
+import pyarrow as pa
+import pyarrow.ipc as ipc
+
+ROOT = Path(__file__).resolve().parent.parent
+ARROW_FILE = "application/vnd.apache.arrow.file"
+MiB = 1024 * 1024
+GiB = 1024 * MiB
+
+KEY_BYTES = 16
+VALUE_BYTES = 100
+
+# A small vocabulary: "text-like" values compress the way log lines or
+# feature names do (zstd gets several x), unlike random bytes.
+_VOCABULARY = """
+the a of and to in is for on with as by at from this that be are was it not or
+user event click view page session error warning info debug request response
+model score feature label train infer batch epoch loss accuracy latency ms ok
+GET POST /api/v1/items /api/v1/users status=200 status=404 region=eu region=us
+device=mobile device=desktop country=DE country=FR country=US true false null
+"""
+_WORDS = _VOCABULARY.split()
+
+
+def log(msg: str) -> None:
+    """Progress for humans goes to stderr; stdout's last line is the JSON result."""
+    print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def emit(result: dict[str, Any]) -> None:
+    print(json.dumps(result, sort_keys=False), flush=True)
+
+
+# --- data --------------------------------------------------------------------
+
+
+def _fixed_width_binary(data: bytes, width: int, rows: int) -> pa.Array:
+    """A ``binary`` array of ``rows`` values of ``width`` bytes each, built from one buffer."""
+    offsets = array.array("i", range(0, width * (rows + 1), width)).tobytes()
+    return pa.Array.from_buffers(
+        pa.binary(), rows, [None, pa.py_buffer(offsets), pa.py_buffer(data)]
+    )
+
+
+def _text_values(rows: int, rng: random.Random) -> bytes:
+    out = bytearray()
+    words = _WORDS
+    for _ in range(rows):
+        line = " ".join(rng.choices(words, k=24)).encode()
+        while len(line) < VALUE_BYTES:
+            line += b" " + rng.choice(words).encode()
+        out += line[:VALUE_BYTES]
+    return bytes(out)
+
+
+def make_table(rows: int, compressible: bool, seed: int, start_ms: int) -> pa.Table:
+    """``rows`` rows of about 128 bytes: int64 ``time``, 16-byte ``key``, 100-byte ``value``.
+
+    Random mode: key and value are random bytes (incompressible). Compressible
+    mode: keys come from 1,000 distinct ``key-NNNNNNNNNNN`` strings and values
+    are text from a small vocabulary.
+    """
+    rng = random.Random(seed)
+    times = pa.array(range(start_ms, start_ms + rows), pa.int64())
+    if compressible:
+        keys = b"".join(b"key-%012d" % rng.randrange(1000) for _ in range(rows))
+        values = _text_values(rows, rng)
+    else:
+        keys = rng.randbytes(KEY_BYTES * rows)
+        values = rng.randbytes(VALUE_BYTES * rows)
+    key = pa.Array.from_buffers(pa.binary(KEY_BYTES), rows, [None, pa.py_buffer(keys)])
+    value = _fixed_width_binary(values, VALUE_BYTES, rows)
+    return pa.table({"time": times, "key": key, "value": value})
+
+
+def arrow_file_body(table: pa.Table) -> bytes:
+    """An uncompressed Arrow IPC *file*, as ``plateau.client`` sends it."""
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, table.schema) as writer:
+        writer.write_table(table)
+    return sink.getvalue().to_pybytes()
+
+
+def make_bodies(count: int, rows: int, compressible: bool) -> list[bytes]:
+    """``count`` distinct bodies, generated before any timed phase."""
+    now = int(time.time() * 1000)
+    return [
+        arrow_file_body(make_table(rows, compressible, seed=i, start_ms=now + i * rows))
+        for i in range(count)
+    ]
+
+
+# --- disk --------------------------------------------------------------------
+
+
+def default_data_root() -> Path:
+    return Path(tempfile.gettempdir())
+
+
+def measure_fsync_bandwidth(
+    directory: Path, max_bytes: int = 4 * GiB, max_seconds: float = 5.0, chunk: int = 4 * MiB
+) -> float:
+    """Sequential writes of ``chunk`` bytes, each followed by fsync, in ``directory``.
+
+    Stops after ``max_bytes`` or ``max_seconds``; the file is deleted afterwards.
+    Returns MB/s in 10**6 bytes per second, as disks are rated.
+    """
+    data = random.Random(42).randbytes(chunk)
+    path = directory / f".bench-fsync-{os.getpid()}.tmp"
+    written = 0
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    started = time.perf_counter()
+    try:
+        while written < max_bytes and time.perf_counter() - started < max_seconds:
+            view = memoryview(data)
+            while view:
+                n = os.write(fd, view)
+                view = view[n:]
+            os.fsync(fd)
+            written += chunk
+        elapsed = time.perf_counter() - started
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+    return written / elapsed / 1e6
+
+
+def dir_size(path: Path) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            with contextlib.suppress(OSError):
+                total += (Path(root) / name).stat().st_size
+    return total
+
+
+# --- the node ------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class NodeExit:
+    """What the kernel accounted for the node over its whole life (``wait4`` rusage)."""
+
+    returncode: int
+    cpu_user_s: float
+    cpu_system_s: float
+    write_bytes: int  # ru_oublock * 512: bytes the node caused to be written to storage
+    max_rss_mb: float
+
+
+class Node:
+    """``plateau node`` as a subprocess (as ``tests/nodeproc.py``), reaped with ``wait4``.
+
+    Reaping it ourselves gives the kernel's totals for the node's whole life,
+    including the seals it does at shutdown, which sampling would miss.
+    """
+
+    def __init__(
+        self, data_dir: Path, args: list[str] | None = None, env: dict[str, str] | None = None
+    ) -> None:
+        self.data_dir = data_dir
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.args = args or []
+        self.env = env or {}
+        self.log_path = data_dir.parent / f"{data_dir.name}-node.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.exit: NodeExit | None = None
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def start(self, timeout: float = 60.0) -> Node:
+        env = {**os.environ, **self.env}
+        env["PYTHONPATH"] = os.pathsep.join(
+            [str(ROOT / "node"), *filter(None, [env.get("PYTHONPATH")])]
+        )
+        cmd = [
+            sys.executable,
+            "-c",
+            "from plateau.cli import main; main()",
+            "node",
+            "--data-dir",
+            str(self.data_dir),
+            "--bind",
+            f"127.0.0.1:{self.port}",
+            *self.args,
+        ]
+        with self.log_path.open("ab") as logf:
+            self.proc = subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"node exited with {self.proc.returncode}: {self.log()}")
+            with contextlib.suppress(httpx.HTTPError):
+                if httpx.get(f"{self.url}/readyz", timeout=1.0).status_code == 200:
+                    return self
+            time.sleep(0.05)
+        raise RuntimeError(f"node did not become ready in {timeout}s: {self.log()}")
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")[-4000:]
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 90.0) -> NodeExit | None:
+        """SIGTERM (the node seals its open segments), then SIGKILL after ``timeout``."""
+        if self.proc is None or self.exit is not None:
+            return self.exit
+        pid = self.proc.pid
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                wpid, status, ru = os.wait4(pid, os.WNOHANG)
+            except ChildProcessError:
+                return None
+            if wpid == pid:
+                break
+            if time.monotonic() > deadline:
+                log(f"node {pid} did not stop in {timeout}s; SIGKILL")
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                deadline = time.monotonic() + 30
+            time.sleep(0.05)
+        self.proc.returncode = os.waitstatus_to_exitcode(status)
+        self.exit = NodeExit(
+            returncode=self.proc.returncode,
+            cpu_user_s=ru.ru_utime,
+            cpu_system_s=ru.ru_stime,
+            write_bytes=ru.ru_oublock * 512,
+            max_rss_mb=ru.ru_maxrss / 1024,
+        )
+        return self.exit
+
+
+def make_data_dir(given: Path | None, prefix: str) -> tuple[Path, Path | None]:
+    """The node's data directory and, if we created it, the temp root to delete at the end."""
+    if given is not None:
+        given.mkdir(parents=True, exist_ok=True)
+        return given, None
+    root = Path(tempfile.mkdtemp(prefix=prefix, dir=default_data_root()))
+    data = root / "data"
+    data.mkdir()
+    return data, root
+
+
+def cleanup(root: Path | None) -> None:
+    if root is not None:
+        shutil.rmtree(root, ignore_errors=True)
+
+
+# --- sampling --------------------------------------------------------------------
+
+
+def _tree(proc: psutil.Process) -> list[psutil.Process]:
+    try:
+        return [proc, *proc.children(recursive=True)]
+    except psutil.Error:
+        return [proc]
+
+
+@dataclass
+class Usage:
+    cpu_s: float
+    write_bytes: int
+    read_bytes: int
+
+
+def usage(pid: int) -> Usage:
+    """CPU seconds and I/O bytes of ``pid`` and its children, now."""
+    cpu = 0.0
+    wb = rb = 0
+    for p in _tree(psutil.Process(pid)):
+        with contextlib.suppress(psutil.Error):
+            t = p.cpu_times()
+            cpu += t.user + t.system
+            io = p.io_counters()
+            wb += io.write_bytes
+            rb += io.read_bytes
+    return Usage(cpu, wb, rb)
+
+
+def system_busy_s() -> float:
+    """CPU seconds all processes of the machine spent busy (user, system, irq...), now."""
+    t = psutil.cpu_times()
+    return float(sum(t) - t.idle - getattr(t, "iowait", 0.0))
+
+
+def self_cpu_s() -> float:
+    """CPU seconds of this (client) process, all threads."""
+    r = resource.getrusage(resource.RUSAGE_SELF)
+    return r.ru_utime + r.ru_stime
+
+
+def _rss_parts(pid: int) -> tuple[int, int]:
+    """(anonymous, file-backed + shmem) resident bytes of one process, from /proc."""
+    anon = other = 0
+    try:
+        with Path(f"/proc/{pid}/status").open() as f:
+            for line in f:
+                if line.startswith("RssAnon:"):
+                    anon = int(line.split()[1]) * 1024
+                elif line.startswith(("RssFile:", "RssShmem:")):
+                    other += int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return anon, other
+
+
+@dataclass
+class RssSampler:
+    """Samples the RSS of ``pid`` plus children every ``interval`` seconds in a thread.
+
+    Also keeps the peaks of the anonymous part (heap, Arrow buffers) and of the
+    file-backed part (memory-mapped segment files, shared libraries), since
+    the kernel can drop the latter under pressure.
+    """
+
+    pid: int
+    interval: float = 0.1
+    peak_bytes: int = 0
+    peak_anon_bytes: int = 0
+    peak_file_bytes: int = 0
+    samples: int = 0
+    timeline: list[tuple[float, int]] = field(default_factory=list)  # (monotonic, rss), ~1/s
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def sample(self) -> int:
+        rss = anon = other = 0
+        for p in _tree(psutil.Process(self.pid)):
+            with contextlib.suppress(psutil.Error):
+                rss += p.memory_info().rss
+                a, o = _rss_parts(p.pid)
+                anon += a
+                other += o
+        self.peak_bytes = max(self.peak_bytes, rss)
+        self.peak_anon_bytes = max(self.peak_anon_bytes, anon)
+        self.peak_file_bytes = max(self.peak_file_bytes, other)
+        self.samples += 1
+        now = time.monotonic()
+        if not self.timeline or now - self.timeline[-1][0] >= 1.0:
+            self.timeline.append((now, rss))
+        return rss
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.interval):
+            with contextlib.suppress(psutil.Error):
+                self.sample()
+
+    def start(self) -> RssSampler:
+        self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join()
+
+    @property
+    def peak_mb(self) -> float:
+        return self.peak_bytes / MiB
+
+    def timeline_mb(self, since: float = 0.0, every: float = 2.0) -> str:
+        """``t+Ns:MB`` pairs for the log, one per ``every`` seconds."""
+        out: list[str] = []
+        last = -every
+        for t, rss in self.timeline:
+            if t < since or t - since - last < every:
+                continue
+            last = t - since
+            out.append(f"{last:.0f}s:{rss / MiB:.0f}")
+        return " ".join(out)
+
+
+def percentile(sorted_values: list[float], q: float) -> float:
+    """Nearest-rank percentile of an already sorted list (0 for an empty one)."""
+    if not sorted_values:
+        return 0.0
+    k = max(0, min(len(sorted_values) - 1, math.ceil(q / 100 * len(sorted_values)) - 1))
+    return sorted_values[k]
+
+
+def scrape_metrics(url: str) -> dict[str, float]:
+    """``/metrics`` as {'name{labels}': value}, summed over nothing; {} if unavailable."""
+    try:
+        text = httpx.get(f"{url}/metrics", timeout=10.0).text
+    except httpx.HTTPError:
+        return {}
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        if not line or line.startswith("#"):
+            continue
+        name, _, value = line.rpartition(" ")
+        with contextlib.suppress(ValueError):
+            out[name] = float(value)
+    return out
+
+
+def histogram_delta(
+    before: dict[str, float], after: dict[str, float], name: str, labels: str = ""
+) -> dict[str, float]:
+    """Count, mean and a bucket-based p99 (upper bound of the bucket) between two scrapes."""
+
+    def get(key: str) -> float:
+        return after.get(key, 0.0) - before.get(key, 0.0)
+
+    sel = f"{{{labels}}}" if labels else ""
+    count = get(f"{name}_count{sel}")
+    total = get(f"{name}_sum{sel}")
+    buckets: list[tuple[float, float]] = []
+    prefix = f"{name}_bucket{{" + (f"{labels}," if labels else "") + 'le="'
+    for key in after:
+        if key.startswith(prefix):
+            le = key[len(prefix) : -2]
+            buckets.append((float("inf") if le == "+Inf" else float(le), get(key)))
+    buckets.sort()
+    p99 = max_over = 0.0
+    for le, cumulative in buckets:
+        if count and cumulative >= 0.99 * count and not p99:
+            p99 = le
+        if count and cumulative < count:
+            max_over = le
+    return {
+        "count": count,
+        "mean_ms": total / count * 1000 if count else 0.0,
+        "p99_le_ms": p99 * 1000,
+        "max_over_ms": max_over * 1000,  # the slowest one took longer than this
+    }
+
+
+def create_topic(url: str, topic: str, config: dict[str, Any]) -> dict[str, Any]:
+    """``PUT /admin/topics/{topic}``, then the resolved config from ``GET``."""
+    with httpx.Client(base_url=url, timeout=30.0) as c:
+        r = c.put(f"/admin/topics/{topic}", json=config)
+        if r.status_code >= 300:
+            raise RuntimeError(f"PUT /admin/topics/{topic}: {r.status_code} {r.text}")
+        g = c.get(f"/admin/topics/{topic}")
+        if g.status_code != 200:
+            raise RuntimeError(f"GET /admin/topics/{topic}: {g.status_code} {g.text}")
+        resolved: dict[str, Any] = g.json()
+        return resolved
+
+
+def disk_budget(data_dir: Path, wanted: int) -> tuple[int, int]:
+    """(retention max_bytes, node capacity) that fit the free space of ``data_dir``."""
+    free = shutil.disk_usage(data_dir).free
+    budget = max(256 * MiB, min(wanted, int(free * 0.5)))
+    capacity = max(budget * 2, int(free * 0.8))
+    return budget, capacity

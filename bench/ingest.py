@@ -1,0 +1,464 @@
+"""Ingest benchmark: writer clients append Arrow batches over HTTP to a real node.
+
+    python bench/ingest.py --format arrow|parquet [--compressible] [--duration 20]
+        [--clients 4] [--partitions 4] [--rows-per-batch 10000] [--rate ROWS_PER_S]
+        [--half-rate-check] [--data-dir DIR] [--durability fsync|relaxed]
+
+Progress goes to stderr; the last stdout line is one JSON object (see
+bench/README.md for every field).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import sys
+import threading
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (
+    ARROW_FILE,
+    GiB,
+    MiB,
+    Node,
+    RssSampler,
+    cleanup,
+    create_topic,
+    dir_size,
+    disk_budget,
+    emit,
+    histogram_delta,
+    log,
+    make_bodies,
+    make_data_dir,
+    measure_fsync_bandwidth,
+    percentile,
+    scrape_metrics,
+    self_cpu_s,
+    system_busy_s,
+    usage,
+)
+
+TOPIC = "bench"
+DISTINCT_BODIES = 8
+
+
+@dataclass
+class ClientStats:
+    rows: int = 0
+    requests: int = 0
+    rejected_429: int = 0
+    errors: int = 0
+    first_error: str | None = None
+    latencies: list[float] = field(default_factory=list)  # from the intended send time
+    service: list[float] = field(default_factory=list)  # from the actual send time
+    last_done: float = 0.0
+
+
+@dataclass
+class Phase:
+    name: str
+    target_rows_per_s: float | None
+    rows: int
+    elapsed_s: float
+    rows_per_s: float
+    requests: int
+    rejected_429: int
+    errors: int
+    first_error: str | None
+    p50_ms: float
+    p99_ms: float
+    max_ms: float
+    service_p99_ms: float
+    node_cpu_s: float
+    node_write_bytes: int
+    client_cpu_s: float
+    other_cpu_s: float
+    fsync: dict[str, float]
+    seal: dict[str, float]
+
+    def summary(self) -> str:
+        return (
+            f"{self.name}: {self.rows_per_s:,.0f} rows/s, {self.requests} requests, "
+            f"p50 {self.p50_ms:.1f} ms, p99 {self.p99_ms:.1f} ms, max {self.max_ms:.1f} ms, "
+            f"429s {self.rejected_429}, errors {self.errors}, "
+            f"node CPU {self.node_cpu_s / self.elapsed_s:.2f} cores, "
+            f"client CPU {self.client_cpu_s / self.elapsed_s:.2f} cores, "
+            f"other processes {self.other_cpu_s / self.elapsed_s:.2f} cores, "
+            f"node writes {self.node_write_bytes / self.elapsed_s / 1e6:.0f} MB/s; "
+            f"{self.fsync['count']:.0f} fsyncs (mean {self.fsync['mean_ms']:.1f} ms, "
+            f"p99 <= {self.fsync['p99_le_ms']:.0f} ms), {self.seal['count']:.0f} seals "
+            f"(mean {self.seal['mean_ms']:.0f} ms, slowest > {self.seal['max_over_ms']:.0f} ms)"
+        )
+
+
+def _retry_after(response: httpx.Response) -> float:
+    try:
+        return float(response.headers.get("retry-after", "0.1"))
+    except ValueError:
+        return 0.1
+
+
+def _client_loop(
+    index: int,
+    clients: int,
+    url: str,
+    bodies: list[bytes],
+    rows_per_body: int,
+    partitions: int,
+    start_at: float,
+    deadline: float,
+    interval: float | None,
+    stats: ClientStats,
+) -> None:
+    """One writer: closed loop (next request when the last is answered) or open loop."""
+    headers = {"content-type": ARROW_FILE}
+    paths = [f"/topic/{TOPIC}/partition/{p}" for p in range(partitions)]
+    with httpx.Client(base_url=url, timeout=60.0) as client:
+        k = 0
+        # open loop: clients are staggered evenly over one interval
+        scheduled = start_at + (interval * index / clients if interval else 0.0)
+        time.sleep(max(0.0, start_at - time.perf_counter()))
+        while True:
+            if interval is not None:
+                if scheduled >= deadline:
+                    break
+                delay = scheduled - time.perf_counter()
+                if delay > 0:
+                    time.sleep(delay)
+                intended = scheduled
+                scheduled += interval
+            else:
+                intended = time.perf_counter()
+                if intended >= deadline:
+                    break
+            body = bodies[(index + k) % len(bodies)]
+            path = paths[(index + k) % partitions]
+            k += 1
+            sent = time.perf_counter()
+            try:
+                r = client.post(path, content=body, headers=headers)
+            except httpx.HTTPError as exc:
+                stats.errors += 1
+                stats.first_error = stats.first_error or f"{type(exc).__name__}: {exc}"
+                time.sleep(0.1)
+                continue
+            done = time.perf_counter()
+            stats.requests += 1
+            stats.last_done = done
+            if r.status_code == 200:
+                stats.rows += rows_per_body
+                stats.latencies.append(done - intended)
+                stats.service.append(done - sent)
+            elif r.status_code == 429:
+                stats.rejected_429 += 1
+                if interval is None:
+                    # honour Retry-After briefly: a real client backs off, but a 1 s
+                    # pause per rejection would measure the pause, not the node
+                    time.sleep(min(_retry_after(r), 0.1))
+            else:
+                stats.errors += 1
+                stats.first_error = stats.first_error or f"HTTP {r.status_code}: {r.text[:300]}"
+                time.sleep(0.1)
+
+
+def run_phase(
+    name: str,
+    fmt: str,
+    url: str,
+    node_pid: int,
+    bodies: list[bytes],
+    rows_per_body: int,
+    clients: int,
+    partitions: int,
+    duration: float,
+    rate: float | None,
+) -> Phase:
+    interval = clients * rows_per_body / rate if rate else None
+    stats = [ClientStats() for _ in range(clients)]
+    start_at = time.perf_counter() + 0.2
+    deadline = start_at + duration
+    threads = [
+        threading.Thread(
+            target=_client_loop,
+            args=(i, clients, url, bodies, rows_per_body, partitions, start_at, deadline, interval),
+            kwargs={"stats": stats[i]},
+            name=f"writer-{i}",
+            daemon=True,
+        )
+        for i in range(clients)
+    ]
+    target = f" at {rate:,.0f} rows/s (open loop)" if rate else " (closed loop, unlimited)"
+    log(f"{name}: {clients} clients, {duration:.0f} s{target}")
+    metrics_before = scrape_metrics(url)
+    node_before = usage(node_pid)
+    client_before = self_cpu_s()
+    system_before = system_busy_s()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    end = max([s.last_done for s in stats] + [time.perf_counter()])
+    node_after = usage(node_pid)
+    metrics_after = scrape_metrics(url)
+    client_cpu = self_cpu_s() - client_before
+    system_cpu = system_busy_s() - system_before
+    elapsed = end - start_at
+    rows = sum(s.rows for s in stats)
+    lat = sorted(x * 1000 for s in stats for x in s.latencies)
+    service = sorted(x * 1000 for s in stats for x in s.service)
+    phase = Phase(
+        name=name,
+        target_rows_per_s=rate,
+        rows=rows,
+        elapsed_s=elapsed,
+        rows_per_s=rows / elapsed if elapsed > 0 else 0.0,
+        requests=sum(s.requests for s in stats),
+        rejected_429=sum(s.rejected_429 for s in stats),
+        errors=sum(s.errors for s in stats),
+        first_error=next((s.first_error for s in stats if s.first_error), None),
+        p50_ms=percentile(lat, 50),
+        p99_ms=percentile(lat, 99),
+        max_ms=lat[-1] if lat else 0.0,
+        service_p99_ms=percentile(service, 99),
+        node_cpu_s=node_after.cpu_s - node_before.cpu_s,
+        node_write_bytes=node_after.write_bytes - node_before.write_bytes,
+        client_cpu_s=client_cpu,
+        fsync=histogram_delta(metrics_before, metrics_after, "plateau_fsync_seconds"),
+        seal=histogram_delta(
+            metrics_before, metrics_after, "plateau_seal_seconds", f'format="{fmt}"'
+        ),
+        other_cpu_s=max(0.0, system_cpu - client_cpu - (node_after.cpu_s - node_before.cpu_s)),
+    )
+    log(phase.summary())
+    if phase.first_error:
+        log(f"{name}: first error: {phase.first_error}")
+    return phase
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--format", choices=["arrow", "parquet"], default="arrow")
+    ap.add_argument("--compressible", action="store_true", help="text-like values")
+    ap.add_argument("--duration", type=float, default=20.0, help="seconds per phase [20]")
+    ap.add_argument("--clients", type=int, default=4, help="writer threads [4]")
+    ap.add_argument("--partitions", type=int, default=4)
+    ap.add_argument("--rows-per-batch", type=int, default=10_000)
+    ap.add_argument("--rate", type=float, default=None, help="open-loop target rows/s")
+    ap.add_argument(
+        "--half-rate-check",
+        action="store_true",
+        help="after the unlimited phase, a second open-loop phase at half its rate",
+    )
+    ap.add_argument("--data-dir", type=Path, default=None, help="[a new temp dir, deleted after]")
+    ap.add_argument("--durability", choices=["fsync", "relaxed"], default="fsync")
+    ap.add_argument(
+        "--compression",
+        choices=["zstd", "lz4", "none"],
+        default=None,
+        help="segment compression [the node's default]",
+    )
+    ap.add_argument(
+        "--retention-bytes", type=int, default=8 * GiB, help="topic budget [8 GiB, or half free]"
+    )
+    ap.add_argument("--disk-seconds", type=float, default=5.0, help="fsync bandwidth test length")
+    ap.add_argument(
+        "--node-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra environment for the node (repeatable), e.g. MALLOC_ARENA_MAX=2",
+    )
+    ap.add_argument("--keep", action="store_true", help="keep the data dir and node log")
+    args = ap.parse_args(argv)
+    if args.rate is not None and args.half_rate_check:
+        ap.error("--rate and --half-rate-check exclude each other")
+    return args
+
+
+def main(argv: list[str] | None = None) -> dict[str, Any]:
+    args = parse_args(argv)
+    data_dir, temp_root = make_data_dir(args.data_dir, "plateau-bench-ingest-")
+    log(f"data dir {data_dir}")
+
+    log(f"generating {DISTINCT_BODIES} bodies of {args.rows_per_batch} rows")
+    bodies = make_bodies(DISTINCT_BODIES, args.rows_per_batch, args.compressible)
+    raw_bytes_per_row = sum(len(b) for b in bodies) / len(bodies) / args.rows_per_batch
+
+    log(f"measuring fsynced sequential write bandwidth in {data_dir} ({args.disk_seconds:.0f} s)")
+    disk_before = measure_fsync_bandwidth(data_dir, max_seconds=args.disk_seconds)
+    log(f"disk before: {disk_before:.0f} MB/s fsynced; {raw_bytes_per_row:.1f} body bytes/row")
+
+    budget, capacity = disk_budget(data_dir, args.retention_bytes)
+    node_args = ["--capacity-bytes", str(capacity)]
+    if args.durability != "fsync":
+        node_args += ["--durability", args.durability]
+    node_env = dict(kv.split("=", 1) for kv in args.node_env)
+    node = Node(data_dir, args=node_args, env=node_env)
+    sampler: RssSampler | None = None
+    phases: list[Phase] = []
+    try:
+        node.start()
+        log(f"node pid {node.pid} on {node.url}")
+        segment: dict[str, Any] = {"format": args.format}
+        if args.compression:
+            segment["compression"] = args.compression
+        config = create_topic(
+            node.url,
+            TOPIC,
+            {
+                "partitions": args.partitions,
+                "segment": segment,
+                "retention": {"max_bytes": budget},
+            },
+        )
+        seg = config.get("config", config).get("segment", {})
+        log(f"topic {TOPIC}: {config}")
+        sampler = RssSampler(node.pid).start()
+        sampler.sample()
+        idle_rss_mb = sampler.peak_mb
+        started = time.monotonic()
+        phases.append(
+            run_phase(
+                "unlimited" if args.rate is None else "rate",
+                args.format,
+                node.url,
+                node.pid,
+                bodies,
+                args.rows_per_batch,
+                args.clients,
+                args.partitions,
+                args.duration,
+                args.rate,
+            )
+        )
+        if args.half_rate_check:
+            half = phases[0].rows_per_s / 2
+            phases.append(
+                run_phase(
+                    "half-rate",
+                    args.format,
+                    node.url,
+                    node.pid,
+                    bodies,
+                    args.rows_per_batch,
+                    args.clients,
+                    args.partitions,
+                    args.duration,
+                    half,
+                )
+            )
+        sampler.stop()
+        log(f"node RSS MiB over time: {sampler.timeline_mb(started)}")
+        log("stopping the node (it seals its open segments)")
+        exit_info = node.stop()
+    except BaseException:
+        log(f"node log tail:\n{node.log()}")
+        raise
+    finally:
+        if sampler is not None:
+            sampler.stop()
+        with contextlib.suppress(Exception):
+            node.stop()
+    size = dir_size(data_dir)
+    # the disk of a shared or virtual machine drifts: measure again, now the node is gone,
+    # and compare the node to the mean of both measurements
+    disk_after = measure_fsync_bandwidth(data_dir, max_seconds=args.disk_seconds)
+    disk_mb_per_s = (disk_before + disk_after) / 2
+    disk_rows_per_s = disk_mb_per_s * 1e6 / raw_bytes_per_row
+    log(
+        f"disk after: {disk_after:.0f} MB/s; mean {disk_mb_per_s:.0f} MB/s "
+        f"-> {disk_rows_per_s:,.0f} rows/s of {raw_bytes_per_row:.1f} bytes"
+    )
+    if abs(disk_before - disk_after) > 0.2 * disk_mb_per_s:
+        log("warning: the disk's bandwidth moved by more than 20% during the run")
+    if not args.keep:
+        cleanup(temp_root)
+        with contextlib.suppress(OSError):
+            node.log_path.unlink()
+
+    main_phase = phases[0]
+    total_rows = sum(p.rows for p in phases)
+    total_write = exit_info.write_bytes if exit_info else 0
+    seg_max_bytes = int(seg.get("max_bytes", 64 * MiB))
+    buffers_mb = 2 * seg_max_bytes * args.partitions / MiB
+    result: dict[str, Any] = {
+        "format": args.format,
+        "compressible": args.compressible,
+        "durability": args.durability,
+        "compression": seg.get("compression"),
+        "duration": args.duration,
+        "clients": args.clients,
+        "partitions": args.partitions,
+        "rows_per_batch": args.rows_per_batch,
+        "rows": main_phase.rows,
+        "rows_per_s": round(main_phase.rows_per_s),
+        "disk_mb_per_s": round(disk_mb_per_s, 1),
+        "disk_mb_per_s_before": round(disk_before, 1),
+        "disk_mb_per_s_after": round(disk_after, 1),
+        "raw_bytes_per_row": round(raw_bytes_per_row, 2),
+        "disk_rows_per_s": round(disk_rows_per_s),
+        "ratio": round(main_phase.rows_per_s / disk_rows_per_s, 3),
+        "p50_ms": round(main_phase.p50_ms, 1),
+        "p99_ms": round(main_phase.p99_ms, 1),
+        "max_ms": round(main_phase.max_ms, 1),
+        "requests": main_phase.requests,
+        "rejected_429": sum(p.rejected_429 for p in phases),
+        "errors": sum(p.errors for p in phases),
+        "peak_rss_mb": round(sampler.peak_mb if sampler else 0.0, 1),
+        "peak_rss_anon_mb": round(sampler.peak_anon_bytes / MiB, 1) if sampler else None,
+        "peak_rss_file_mb": round(sampler.peak_file_bytes / MiB, 1) if sampler else None,
+        "idle_rss_mb": round(idle_rss_mb, 1),
+        "buffers_mb": round(buffers_mb, 1),
+        "rss_target_mb": round(buffers_mb + 300, 1),
+        "node_cpu_s": round(main_phase.node_cpu_s, 2),
+        "node_cpu_cores": round(main_phase.node_cpu_s / main_phase.elapsed_s, 2),
+        "client_cpu_s": round(main_phase.client_cpu_s, 2),
+        "client_cpu_cores": round(main_phase.client_cpu_s / main_phase.elapsed_s, 2),
+        "other_cpu_cores": round(main_phase.other_cpu_s / main_phase.elapsed_s, 2),
+        "node_cpu_us_per_row": round(main_phase.node_cpu_s / main_phase.rows * 1e6, 3)
+        if main_phase.rows
+        else None,
+        "client_cpu_us_per_row": round(main_phase.client_cpu_s / main_phase.rows * 1e6, 3)
+        if main_phase.rows
+        else None,
+        "node_write_mb_per_s": round(main_phase.node_write_bytes / main_phase.elapsed_s / 1e6, 1),
+        "disk_bytes_per_row": round(total_write / total_rows, 2) if total_rows else None,
+        "node_write_bytes": total_write,
+        "fsyncs_per_s": round(main_phase.fsync["count"] / main_phase.elapsed_s, 1),
+        "fsync_mean_ms": round(main_phase.fsync["mean_ms"], 2),
+        "seals": int(main_phase.seal["count"]),
+        "seal_mean_ms": round(main_phase.seal["mean_ms"], 1),
+        "data_dir_bytes": size,
+        "node_total_cpu_s": round(exit_info.cpu_user_s + exit_info.cpu_system_s, 2)
+        if exit_info
+        else None,
+    }
+    if args.rate is not None:
+        result["target_rows_per_s"] = args.rate
+    if args.half_rate_check:
+        half_phase = phases[1]
+        result.update(
+            {
+                "half_rate_target_rows_per_s": round(half_phase.target_rows_per_s or 0),
+                "half_rate_rows_per_s": round(half_phase.rows_per_s),
+                "p50_ms_at_half_rate": round(half_phase.p50_ms, 1),
+                "p99_ms_at_half_rate": round(half_phase.p99_ms, 1),
+                "max_ms_at_half_rate": round(half_phase.max_ms, 1),
+                "service_p99_ms_at_half_rate": round(half_phase.service_p99_ms, 1),
+            }
+        )
+    if main_phase.first_error:
+        result["first_error"] = main_phase.first_error
+    return result
+
+
+if __name__ == "__main__":
+    emit(main())
