@@ -415,3 +415,28 @@ def test_body_under_the_limit_is_fine(small_node: NodeProcess) -> None:
         headers={"content-type": ARROW_FILE},
     )
     assert r.status_code == 200, r.text
+
+
+# --- budgets ---------------------------------------------------------------------------
+
+
+def test_budget_that_does_not_fit_is_409_and_changes_nothing(tmp_path: Any) -> None:
+    proc = NodeProcess(tmp_path / "data", token=TOKEN, args=["--capacity-bytes", "1000000000"])
+    proc.start()
+    try:
+        url = f"{proc.url}/admin/topics/budgeted"
+        r = httpx.put(url, json={"retention": {"max_bytes": 100_000_000}}, headers=AUTH)
+        assert r.status_code == 201, r.text
+        before = state_of(proc.url)
+        r = httpx.put(url, json={"retention": {"max_bytes": 10_000_000_000}}, headers=AUTH)
+        body = assert_error(r, 409)
+        assert "budget" in body["message"].lower() or "capacity" in body["message"].lower()
+        r = httpx.put(
+            f"{proc.url}/admin/topics/other",
+            json={"retention": {"max_bytes": 10_000_000_000}},
+            headers=AUTH,
+        )
+        assert_error(r, 409)
+        assert state_of(proc.url) == before
+    finally:
+        proc.stop()
