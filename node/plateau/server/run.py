@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import signal
+import socket
 import sys
 import threading
 from collections.abc import Iterator
@@ -49,6 +50,21 @@ def parse_bind(bind: str) -> tuple[str, int]:
     return host, int(port)
 
 
+def bind_socket(host: str, port: int) -> socket.socket:
+    """Bind before the engine opens, so a taken port fails fast and recovery is not wasted."""
+    family, kind, proto, _, address = socket.getaddrinfo(
+        host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+    )[0]
+    sock = socket.socket(family, kind, proto)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind(address)
+    except OSError:
+        sock.close()
+        raise
+    return sock
+
+
 class NodeServer(uvicorn.Server):
     """uvicorn's server, with two changes for a node.
 
@@ -85,18 +101,19 @@ def run_node(settings: NodeSettings) -> None:
     logging.basicConfig(
         level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    sock: socket.socket | None = None
     try:
-        host, port = parse_bind(settings.server.bind)
+        sock = bind_socket(*parse_bind(settings.server.bind))
         engine = Engine(settings.storage)
     except (ValueError, PlateauError, OSError) as exc:
-        print(f"error: cannot start node: {exc}", file=sys.stderr)
+        if sock is not None:
+            sock.close()
+        print(f"error: cannot start node on {settings.server.bind}: {exc}", file=sys.stderr)
         raise SystemExit(2) from exc
     app = create_app(settings, engine)
     state: NodeState = app.state.plateau
     config = uvicorn.Config(
         app,
-        host=host,
-        port=port,
         http="httptools",
         loop="uvloop",
         lifespan="on",
@@ -111,7 +128,7 @@ def run_node(settings: NodeSettings) -> None:
         "plateau node serving %s on http://%s", settings.storage.data_dir, settings.server.bind
     )
     try:
-        NodeServer(config, state).run()
+        NodeServer(config, state).run(sockets=[sock])
     finally:
         if not state.engine_closed:
             state.engine_closed = True
