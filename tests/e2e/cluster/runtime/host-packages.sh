@@ -9,7 +9,7 @@ PKGS=(
     iptables conntrack ipset socat ethtool iproute2 util-linux mount kmod  # kubelet / kube-proxy needs
     buildah debootstrap fakeroot                  # daemonless image build
     openssl ca-certificates                       # certificates
-    gcc libc6-dev                                 # the static pause binary
+    gcc libc6-dev busybox-static                  # the static pause binary, the tiny tools image
 )
 missing=()
 for p in "${PKGS[@]}"; do

@@ -3,7 +3,7 @@
 // remove every pod sandbox through containerd's CRI plugin on `down`, so CNI
 // tears the pod networks down properly, and for `status`.
 //
-//	plateau-cri --endpoint unix:///run/plateau-cluster/containerd/containerd.sock pods|ps|images|status|rm-all
+//	plateau-cri --endpoint unix:///run/plateau-cluster/containerd/containerd.sock pods|ps|images|status|sandbox|rm-all
 package main
 
 import (
@@ -24,7 +24,7 @@ func main() {
 	timeout := flag.Duration("timeout", 60*time.Second, "overall timeout")
 	flag.Parse()
 	if *endpoint == "" || flag.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: plateau-cri --endpoint unix:///PATH pods|ps|images|status|rm-all")
+		fmt.Fprintln(os.Stderr, "usage: plateau-cri --endpoint unix:///PATH pods|ps|images|status|sandbox|rm-all")
 		os.Exit(2)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
@@ -70,6 +70,16 @@ func main() {
 		if !ok {
 			os.Exit(1)
 		}
+	case "sandbox":
+		// A bare pod sandbox (pause + CNI network), to check the runtime alone.
+		resp, err := rt.RunPodSandbox(ctx, &runtime.RunPodSandboxRequest{Config: &runtime.PodSandboxConfig{
+			Metadata: &runtime.PodSandboxMetadata{Name: "runtime-check", Namespace: "plateau-cri", Uid: fmt.Sprint(time.Now().UnixNano()), Attempt: 0},
+			Linux:    &runtime.LinuxPodSandboxConfig{CgroupParent: "/plateau-cri"},
+		}})
+		check(err)
+		st, err := rt.PodSandboxStatus(ctx, &runtime.PodSandboxStatusRequest{PodSandboxId: resp.PodSandboxId})
+		check(err)
+		fmt.Printf("%s\t%s\t%s\n", resp.PodSandboxId[:13], st.Status.State, st.Status.Network.GetIp())
 	case "rm-all":
 		// Containers first, then sandboxes: stopping a sandbox runs the CNI DEL
 		// (veth, IP lease, port mappings) and removes its network namespace.

@@ -1,0 +1,71 @@
+"""The e2e suite's cluster: KUBECONFIG if set (kind, any cluster), else the local
+single-node cluster of tools/cluster, started for the session and stopped after
+it (unless it was already running). With CI=true nothing here skips: a cluster
+that cannot be had fails the tests."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.kube import CLUSTER, IN_CI, Kube, KubeError, find_kubectl, new_namespace
+
+
+def _unavailable(reason: str) -> None:
+    if IN_CI:
+        pytest.fail(f"e2e cluster unavailable (CI=true never skips): {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def _tail(text: str, lines: int = 30) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+@pytest.fixture(scope="session")
+def local_cluster() -> Iterator[Path | None]:
+    """The local cluster's kubeconfig when the tests use it, else None (KUBECONFIG set)."""
+    if os.environ.get("KUBECONFIG"):
+        yield None
+        return
+    if os.geteuid() != 0:
+        _unavailable("the local cluster (tools/cluster up) needs root; or set KUBECONFIG (kind)")
+    already = subprocess.run([str(CLUSTER), "status"], capture_output=True, text=True, check=False)
+    owned = already.returncode != 0
+    proc = subprocess.run([str(CLUSTER), "up"], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        subprocess.run([str(CLUSTER), "down"], capture_output=True, check=False)
+        _unavailable(f"tools/cluster up failed (exit {proc.returncode}):\n{_tail(proc.stderr)}")
+    try:
+        yield Path(proc.stdout.strip().splitlines()[-1])
+    finally:
+        if owned and not os.environ.get("PLATEAU_CLUSTER_KEEP"):
+            subprocess.run([str(CLUSTER), "down"], capture_output=True, check=False)
+
+
+@pytest.fixture(scope="session")
+def kubeconfig(local_cluster: Path | None) -> str:
+    """Path of a kubeconfig for the cluster under test."""
+    return str(local_cluster) if local_cluster else os.environ["KUBECONFIG"]
+
+
+@pytest.fixture(scope="session")
+def kube(kubeconfig: str) -> Kube:
+    try:
+        kube = Kube(kubeconfig, find_kubectl())
+        kube.run("get", "--raw", "/readyz", namespaced=False, timeout=30)
+    except (KubeError, subprocess.TimeoutExpired) as exc:
+        _unavailable(f"no usable cluster at {kubeconfig}: {exc}")
+    return kube
+
+
+@pytest.fixture
+def ns(kube: Kube, request: pytest.FixtureRequest) -> Iterator[Kube]:
+    """A fresh namespace for one test, deleted after it (with its claims and volumes)."""
+    prefix = request.node.name.removeprefix("test_").replace("_", "-")[:40].strip("-")
+    space = new_namespace(kube, prefix)
+    yield space
+    space.run("delete", "namespace", space.namespace, "--wait=false", namespaced=False, check=False)

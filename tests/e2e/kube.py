@@ -1,0 +1,193 @@
+"""kubectl through subprocess, for the e2e tests (no Python dependency needed)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[2]
+CLUSTER = ROOT / "tools" / "cluster"
+IN_CI = os.environ.get("CI", "").lower() == "true"
+# The image every e2e pod runs. Built and imported by tools/cluster up here; on
+# kind: docker build -f images/Dockerfile -t localhost/plateau:dev . && kind load docker-image ...
+IMAGE = os.environ.get("PLATEAU_IMAGE", "localhost/plateau:dev")
+# Nothing is ever pulled: images are loaded into the cluster before the tests.
+PULL_POLICY = os.environ.get("PLATEAU_IMAGE_PULL_POLICY", "Never")
+
+
+class KubeError(RuntimeError):
+    pass
+
+
+def find_kubectl() -> str:
+    """The pinned kubectl of tools/cluster-build if built, else kubectl on PATH."""
+    if env := os.environ.get("KUBECTL"):
+        return env
+    build = ROOT / "tools" / "cluster-build"
+    if build.exists():
+        proc = subprocess.run([str(build), "--check"], capture_output=True, text=True, check=False)
+        candidate = Path(proc.stdout.strip()) / "kubectl"
+        if proc.returncode == 0 and candidate.exists():
+            return str(candidate)
+    found = shutil.which("kubectl")
+    if found:
+        return found
+    raise KubeError("kubectl not found: run tools/cluster-build or put kubectl on PATH")
+
+
+@dataclass
+class Kube:
+    kubeconfig: str
+    kubectl_path: str
+    namespace: str = "default"
+    created: list[str] = field(default_factory=list)
+
+    def run(
+        self,
+        *args: str,
+        stdin: str | None = None,
+        check: bool = True,
+        timeout: float = 180,
+        namespaced: bool = True,
+    ) -> subprocess.CompletedProcess[str]:
+        cmd = [self.kubectl_path, "--kubeconfig", self.kubeconfig]
+        if namespaced:
+            cmd += ["--namespace", self.namespace]
+        proc = subprocess.run(
+            [*cmd, *args],
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            check=False,
+        )
+        if check and proc.returncode != 0:
+            raise KubeError(
+                f"kubectl {' '.join(args)}: exit {proc.returncode}: {proc.stderr.strip()}"
+            )
+        return proc
+
+    def __call__(self, *args: str, **kwargs: Any) -> str:
+        return self.run(*args, **kwargs).stdout
+
+    def apply(self, manifest: dict[str, Any] | list[dict[str, Any]]) -> None:
+        items = manifest if isinstance(manifest, list) else [manifest]
+        body = {"apiVersion": "v1", "kind": "List", "items": items}
+        self.run("apply", "-f", "-", stdin=json.dumps(body))
+
+    def get(self, kind: str, name: str = "", **kwargs: Any) -> Any:
+        args = ["get", kind] + ([name] if name else []) + ["-o", "json"]
+        return json.loads(self(*args, **kwargs))
+
+    def wait_for(self, what: str, predicate: Any, timeout: float = 180, interval: float = 1) -> Any:
+        """Polls predicate() until it returns a true value; returns it."""
+        deadline = time.monotonic() + timeout
+        last: Any = None
+        while time.monotonic() < deadline:
+            try:
+                last = predicate()
+            except KubeError as exc:
+                last = exc
+            else:
+                if last:
+                    return last
+            time.sleep(interval)
+        raise AssertionError(
+            f"timed out after {timeout}s waiting for {what} (last: {last!r})\n{self.describe()}"
+        )
+
+    def pod_phase(self, name: str) -> str:
+        return str(self.get("pod", name).get("status", {}).get("phase", ""))
+
+    def wait_pod_done(self, name: str, timeout: float = 180) -> str:
+        """Waits until the pod has Succeeded (or Failed); returns the phase."""
+        return str(
+            self.wait_for(
+                f"pod {name} to finish",
+                lambda: p if (p := self.pod_phase(name)) in ("Succeeded", "Failed") else "",
+                timeout,
+            )
+        )
+
+    def wait_ready(self, kind_name: str, timeout: float = 180) -> None:
+        wait = f"--timeout={int(timeout)}s"
+        self.run("wait", "--for=condition=Ready", kind_name, wait, timeout=timeout + 30)
+
+    def exists(self, kind: str, name: str) -> bool:
+        return self.run("get", kind, name, check=False).returncode == 0
+
+    def logs(self, name: str, *args: str) -> str:
+        return self("logs", name, *args)
+
+    def describe(self) -> str:
+        """Pods and recent events of the namespace, for failure messages."""
+        try:
+            pods = self("get", "pods,pvc", "-o", "wide", check=False, timeout=30)
+            events = self("get", "events", "--sort-by=.lastTimestamp", check=False, timeout=30)
+        except subprocess.TimeoutExpired:
+            return ""
+        return f"--- pods\n{pods}\n--- events\n{events[-3000:]}"
+
+
+def new_namespace(kube: Kube, prefix: str) -> Kube:
+    name = f"{prefix}-{uuid.uuid4().hex[:6]}"
+    kube.run("create", "namespace", name, namespaced=False)
+    # The namespace's default service account is made by the controller manager.
+    ns = Kube(kube.kubeconfig, kube.kubectl_path, name)
+    ns.wait_for("the default service account", lambda: ns.exists("serviceaccount", "default"), 60)
+    return ns
+
+
+def pod(
+    name: str,
+    command: list[str],
+    *,
+    restart: str = "Never",
+    volumes: list[dict[str, Any]] | None = None,
+    mounts: list[dict[str, Any]] | None = None,
+    labels: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+    ports: list[int] | None = None,
+) -> dict[str, Any]:
+    """A pod running the plateau image as its non-root user."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": labels or {"app": name}},
+        "spec": {"restartPolicy": restart, **pod_spec(command, volumes, mounts, env, ports)},
+    }
+
+
+def pod_spec(
+    command: list[str],
+    volumes: list[dict[str, Any]] | None = None,
+    mounts: list[dict[str, Any]] | None = None,
+    env: dict[str, str] | None = None,
+    ports: list[int] | None = None,
+) -> dict[str, Any]:
+    container: dict[str, Any] = {
+        "name": "main",
+        "image": IMAGE,
+        "imagePullPolicy": PULL_POLICY,
+        "command": command,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+        },
+        "volumeMounts": mounts or [],
+        "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
+        "ports": [{"containerPort": p} for p in ports or []],
+    }
+    return {
+        "terminationGracePeriodSeconds": 5,
+        "containers": [container],
+        "volumes": volumes or [],
+    }

@@ -1,0 +1,171 @@
+"""The cluster is real: images, storage, Service networking and DNS, controllers
+and the kubelet, each proven with real pods."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.kube import CLUSTER, Kube, pod, pod_spec
+
+
+def test_pod_from_local_image_runs_to_completion(ns: Kube) -> None:
+    script = "import os, pyarrow; print('plateau-e2e', os.getuid(), pyarrow.__version__)"
+    ns.apply(pod("hello", ["python", "-c", script]))
+    assert ns.wait_pod_done("hello") == "Succeeded", ns.logs("hello")
+    out = ns.logs("hello").split()
+    assert out[0] == "plateau-e2e"
+    assert out[1] != "0", "the image runs as a non-root user"
+
+
+def test_default_storage_class_claim_shared_read_only(ns: Kube) -> None:
+    ns.apply(
+        {
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": {"name": "data"},
+            # No storageClassName: the cluster's default class provisions it.
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": "64Mi"}},
+            },
+        }
+    )
+    claim = [{"name": "data", "persistentVolumeClaim": {"claimName": "data"}}]
+    ns.apply(
+        pod(
+            "writer",
+            ["sh", "-c", "echo written-by-writer > /data/hello.txt && cat /data/hello.txt"],
+            volumes=claim,
+            mounts=[{"name": "data", "mountPath": "/data"}],
+        )
+    )
+    assert ns.wait_pod_done("writer") == "Succeeded", ns.logs("writer")
+    pvc = ns.get("pvc", "data")
+    assert pvc["status"]["phase"] == "Bound"
+    pv = ns.get("pv", pvc["spec"]["volumeName"], namespaced=False)
+    assert pv["spec"]["claimRef"]["name"] == "data"
+
+    read_only = [{"name": "data", "persistentVolumeClaim": {"claimName": "data", "readOnly": True}}]
+    check = (
+        "cat /data/hello.txt; "
+        "if (echo more >> /data/hello.txt) 2>/dev/null || touch /data/new 2>/dev/null; "
+        "then echo WRITE-SUCCEEDED; else echo WRITE-REFUSED; fi"
+    )
+    ns.apply(
+        pod(
+            "reader",
+            ["sh", "-c", check],
+            volumes=read_only,
+            mounts=[{"name": "data", "mountPath": "/data", "readOnly": True}],
+        )
+    )
+    assert ns.wait_pod_done("reader") == "Succeeded", ns.logs("reader")
+    assert ns.logs("reader").split() == ["written-by-writer", "WRITE-REFUSED"]
+
+
+def test_pod_reaches_another_pod_through_a_service_by_dns_name(ns: Kube) -> None:
+    serve = (
+        "mkdir -p /tmp/www && echo hello-through-service > /tmp/www/index.html"
+        " && exec python -m http.server 8080 --directory /tmp/www"
+    )
+    web = pod("web", ["sh", "-c", serve], ports=[8080])
+    web["spec"]["containers"][0]["readinessProbe"] = {
+        "httpGet": {"path": "/", "port": 8080},
+        "periodSeconds": 1,
+    }
+    ns.apply(
+        [
+            web,
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": "web"},
+                "spec": {"selector": {"app": "web"}, "ports": [{"port": 80, "targetPort": 8080}]},
+            },
+        ]
+    )
+    ns.wait_ready("pod/web")
+    fetch = (
+        "import sys, urllib.request\n"
+        "for url in sys.argv[1:]:\n"
+        "    print(urllib.request.urlopen(url, timeout=10).read().decode().strip())\n"
+    )
+    urls = [f"http://web.{ns.namespace}.svc.cluster.local/", "http://web/"]
+    ns.apply(pod("client", ["python", "-c", fetch, *urls]))
+    assert ns.wait_pod_done("client") == "Succeeded", ns.logs("client")
+    assert ns.logs("client").split() == ["hello-through-service"] * 2
+
+
+def _pods(ns: Kube, selector: str) -> list[dict]:
+    return list(json.loads(ns("get", "pods", "-l", selector, "-o", "json"))["items"])
+
+
+def _running_ready(p: dict) -> bool:
+    conds = {c["type"]: c["status"] for c in p.get("status", {}).get("conditions", [])}
+    running = p["status"].get("phase") == "Running" and conds.get("Ready") == "True"
+    return running and "deletionTimestamp" not in p["metadata"]
+
+
+def test_deployment_replaces_a_deleted_pod(ns: Kube) -> None:
+    ns.apply(
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": "sleeper"},
+            "spec": {
+                "replicas": 1,
+                "selector": {"matchLabels": {"app": "sleeper"}},
+                "template": {
+                    "metadata": {"labels": {"app": "sleeper"}},
+                    "spec": pod_spec(["sleep", "3600"]) | {"terminationGracePeriodSeconds": 1},
+                },
+            },
+        }
+    )
+    ns.run("rollout", "status", "deployment/sleeper", "--timeout=180s", timeout=200)
+    first = [p["metadata"]["name"] for p in _pods(ns, "app=sleeper") if _running_ready(p)]
+    assert len(first) == 1
+    ns.run("delete", "pod", first[0], "--wait=false")
+    ns.wait_for(
+        "a replacement pod",
+        lambda: [
+            p
+            for p in _pods(ns, "app=sleeper")
+            if _running_ready(p) and p["metadata"]["name"] != first[0]
+        ],
+    )
+
+
+def test_pods_survive_a_kubelet_restart(ns: Kube, local_cluster: Path | None) -> None:
+    if local_cluster is None:
+        pytest.skip("restarting the kubelet needs the local cluster (KUBECONFIG points elsewhere)")
+    ns.apply(pod("steady", ["sleep", "3600"], restart="Always"))
+    ns.wait_ready("pod/steady")
+    before = ns.get("pod", "steady")
+    proc = subprocess.run(
+        [str(CLUSTER), "restart-kubelet"], capture_output=True, text=True, check=False
+    )
+    assert proc.returncode == 0, proc.stderr
+    ns.wait_for(
+        "the node to be Ready again",
+        lambda: all(
+            c["status"] == "True"
+            for n in ns.get("nodes", namespaced=False)["items"]
+            for c in n["status"]["conditions"]
+            if c["type"] == "Ready"
+        ),
+    )
+    after = ns.get("pod", "steady")
+    assert after["metadata"]["uid"] == before["metadata"]["uid"]
+    container_before = before["status"]["containerStatuses"][0]
+    container_after = after["status"]["containerStatuses"][0]
+    assert container_after["containerID"] == container_before["containerID"]
+    assert container_after["restartCount"] == 0
+    assert _running_ready(after)
+    # The restarted kubelet also runs new pods.
+    ns.apply(pod("after-restart", ["true"]))
+    assert ns.wait_pod_done("after-restart") == "Succeeded"
