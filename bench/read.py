@@ -1,7 +1,7 @@
 """Read benchmark: topic iteration and partition reads over HTTP, in Arrow.
 
-    python bench/read.py [--format arrow|parquet] [--rows 8000000] [--compressible]
-        [--duration 20] [--no-restart] [--data-dir DIR]
+    python bench/read.py [--format arrow|parquet] [--rows 20000000] [--compressible]
+        [--compression zstd|lz4|none] [--duration 20] [--no-restart] [--data-dir DIR]
     python bench/read.py --url http://127.0.0.1:3030 --topic T   (an existing topic)
 
 Without ``--url`` it starts a node, fills topic ``bench`` (4 partitions) with
@@ -39,7 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from common import (
     ARROW_FILE,
     GiB,
+    MiB,
     Node,
+    RssSampler,
     cleanup,
     create_topic,
     disk_budget,
@@ -74,6 +76,8 @@ class Pass:
     pages: int
     p50_ms: float
     p99_ms: float
+    max_ms: float
+    first_ms: float
     node_cpu_s: float
     client_cpu_s: float
     other_cpu_s: float
@@ -88,6 +92,7 @@ class Pass:
             f"{self.name}: {self.rows:,} rows in {self.elapsed_s:.1f} s = "
             f"{self.rows_per_s:,.0f} rows/s ({self.body_bytes / self.elapsed_s / 1e6:.0f} MB/s), "
             f"{self.pages} pages, p50 {self.p50_ms:.1f} ms, p99 {self.p99_ms:.1f} ms, "
+            f"max {self.max_ms:.0f} ms, first page {self.first_ms:.0f} ms, "
             f"node CPU {self.node_cpu_s / self.elapsed_s:.2f} cores, "
             f"client CPU {self.client_cpu_s / self.elapsed_s:.2f} cores, "
             f"other {self.other_cpu_s / self.elapsed_s:.2f} cores"
@@ -183,6 +188,7 @@ def measured(name: str, pid: int | None, work: Any) -> Pass:
     node_cpu = (usage(pid).cpu_s - node_before) if pid else 0.0
     client_cpu = self_cpu_s() - client_before
     other = max(0.0, system_busy_s() - system_before - node_cpu - client_cpu)
+    firsts = [s.latencies[0] * 1000 for s in stats_list if s.latencies]
     lat = sorted(x * 1000 for s in stats_list for x in s.latencies)
     result = Pass(
         name=name,
@@ -192,6 +198,8 @@ def measured(name: str, pid: int | None, work: Any) -> Pass:
         pages=sum(s.pages for s in stats_list),
         p50_ms=percentile(lat, 50),
         p99_ms=percentile(lat, 99),
+        max_ms=lat[-1] if lat else 0.0,
+        first_ms=max(firsts, default=0.0),
         node_cpu_s=node_cpu,
         client_cpu_s=client_cpu,
         other_cpu_s=other if pid else 0.0,
@@ -300,6 +308,8 @@ def read_all(
         "mb_per_s": round(it.body_bytes / it.elapsed_s / 1e6, 1),
         "p50_ms": round(it.p50_ms, 1),
         "p99_ms": round(it.p99_ms, 1),
+        "max_ms": round(it.max_ms, 1),
+        "first_page_ms": round(it.first_ms, 1),
         "partition_p99_ms": round(seq.p99_ms, 1),
         "node_cpu_cores": round(it.node_cpu_s / it.elapsed_s, 2) if pid else None,
         "client_cpu_cores": round(it.client_cpu_s / it.elapsed_s, 2),
@@ -311,10 +321,16 @@ def read_all(
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--format", choices=["arrow", "parquet"], default="arrow")
-    ap.add_argument("--rows", type=int, default=8_000_000, help="rows to fill [8,000,000]")
+    ap.add_argument("--rows", type=int, default=20_000_000, help="rows to fill [20,000,000]")
     ap.add_argument("--compressible", action="store_true", help="text-like values")
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--clients", type=int, default=4, help="writer threads for the fill [4]")
+    ap.add_argument(
+        "--compression",
+        choices=["zstd", "lz4", "none"],
+        default=None,
+        help="segment compression [the node's default]",
+    )
     ap.add_argument("--page-size", type=int, default=10_000)
     ap.add_argument("--duration", type=float, default=20.0, help="max seconds per read pass [20]")
     ap.add_argument(
@@ -347,7 +363,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             TOPIC,
             {
                 "partitions": args.partitions,
-                "segment": {"format": args.format},
+                "segment": {"format": args.format}
+                | ({"compression": args.compression} if args.compression else {}),
                 "retention": {"max_bytes": budget},
             },
         )
@@ -359,7 +376,14 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             node.stop()
             node = Node(data_dir, args=["--capacity-bytes", str(capacity)])
             node.start()
-        result = read_all(node.url, TOPIC, node.pid, args.page_size, args.duration, None)
+        sampler = RssSampler(node.pid).start()
+        try:
+            result = read_all(node.url, TOPIC, node.pid, args.page_size, args.duration, None)
+        finally:
+            sampler.stop()
+        result["peak_rss_mb"] = round(sampler.peak_mb, 1)
+        result["peak_rss_anon_mb"] = round(sampler.peak_anon_bytes / MiB, 1)
+        result["peak_rss_file_mb"] = round(sampler.peak_file_bytes / MiB, 1)
     except BaseException:
         log(f"node log tail:\n{node.log()}")
         raise
@@ -371,6 +395,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     return {
         "format": args.format,
         "compressible": args.compressible,
+        "compression": args.compression or "default",
         "sealed": not args.no_restart,
         **result,
         "fill_rows_per_s": round(fill_rate),
