@@ -27,9 +27,14 @@ class KubeError(RuntimeError):
 
 
 def find_kubectl() -> str:
-    """The pinned kubectl of tools/cluster-build if built, else kubectl on PATH."""
+    """The pinned kubectl of tools/cluster-build if there is one, else kubectl on PATH."""
     if env := os.environ.get("KUBECTL"):
         return env
+    # Linked by tools/cluster up from tools/cluster-build's cache.
+    data = Path(os.environ.get("PLATEAU_CLUSTER_DATA", "/var/lib/plateau-cluster"))
+    local = data / "bin" / "kubectl"
+    if local.exists():
+        return str(local)
     build = ROOT / "tools" / "cluster-build"
     if build.exists():
         proc = subprocess.run([str(build), "--check"], capture_output=True, text=True, check=False)
