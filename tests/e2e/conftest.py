@@ -1,6 +1,7 @@
 """The e2e suite's cluster: KUBECONFIG if set (kind, any cluster), else the local
-single-node cluster of tools/cluster, started for the session and stopped after
-it (unless it was already running). With CI=true nothing here skips: a cluster
+single-node cluster of tools/cluster, started for the e2e tests (package scope)
+and stopped right after them (unless it was already running, or
+PLATEAU_CLUSTER_KEEP is set). With CI=true nothing here skips: a cluster
 that cannot be had fails the tests."""
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ def _tail(text: str, lines: int = 30) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def local_cluster() -> Iterator[Path | None]:
     """The local cluster's kubeconfig when the tests use it, else None (KUBECONFIG set)."""
     if os.environ.get("KUBECONFIG"):
@@ -46,13 +47,13 @@ def local_cluster() -> Iterator[Path | None]:
             subprocess.run([str(CLUSTER), "down"], capture_output=True, check=False)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def kubeconfig(local_cluster: Path | None) -> str:
     """Path of a kubeconfig for the cluster under test."""
     return str(local_cluster) if local_cluster else os.environ["KUBECONFIG"]
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def kube(kubeconfig: str) -> Kube:
     try:
         kube = Kube(kubeconfig, find_kubectl())
