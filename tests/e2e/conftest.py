@@ -15,6 +15,10 @@ import pytest
 
 from tests.e2e.kube import CLUSTER, IN_CI, Kube, KubeError, find_kubectl, new_namespace
 
+LOCAL_KUBECONFIG = (
+    Path(os.environ.get("PLATEAU_CLUSTER_DATA", "/var/lib/plateau-cluster")) / "kubeconfig"
+)
+
 
 def _unavailable(reason: str) -> None:
     if IN_CI:
@@ -29,8 +33,9 @@ def _tail(text: str, lines: int = 30) -> str:
 @pytest.fixture(scope="package")
 def local_cluster() -> Iterator[Path | None]:
     """The local cluster's kubeconfig when the tests use it, else None (KUBECONFIG set)."""
-    if os.environ.get("KUBECONFIG"):
-        yield None
+    if env := os.environ.get("KUBECONFIG"):
+        # The local cluster itself, started by hand: used, and left running.
+        yield LOCAL_KUBECONFIG if Path(env).resolve() == LOCAL_KUBECONFIG.resolve() else None
         return
     if os.geteuid() != 0:
         _unavailable("the local cluster (tools/cluster up) needs root; or set KUBECONFIG (kind)")
