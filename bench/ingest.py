@@ -48,6 +48,7 @@ from common import (
 
 TOPIC = "bench"
 DISTINCT_BODIES = 8
+SLOW_S = 0.1  # appends slower than this are reported as stalls on stderr
 
 
 @dataclass
@@ -59,6 +60,7 @@ class ClientStats:
     first_error: str | None = None
     latencies: list[float] = field(default_factory=list)  # from the intended send time
     service: list[float] = field(default_factory=list)  # from the actual send time
+    slow: list[tuple[float, float]] = field(default_factory=list)  # (intended time, latency)
     last_done: float = 0.0
 
 
@@ -83,6 +85,7 @@ class Phase:
     other_cpu_s: float
     fsync: dict[str, float]
     seal: dict[str, float]
+    retention_deleted: float
 
     def summary(self) -> str:
         return (
@@ -94,8 +97,11 @@ class Phase:
             f"other processes {self.other_cpu_s / self.elapsed_s:.2f} cores, "
             f"node writes {self.node_write_bytes / self.elapsed_s / 1e6:.0f} MB/s; "
             f"{self.fsync['count']:.0f} fsyncs (mean {self.fsync['mean_ms']:.1f} ms, "
-            f"p99 <= {self.fsync['p99_le_ms']:.0f} ms), {self.seal['count']:.0f} seals "
-            f"(mean {self.seal['mean_ms']:.0f} ms, slowest > {self.seal['max_over_ms']:.0f} ms)"
+            f"p99 <= {self.fsync['p99_le_ms']:.0f} ms, "
+            f"slowest > {self.fsync['max_over_ms']:.0f} ms), "
+            f"{self.seal['count']:.0f} seals "
+            f"(mean {self.seal['mean_ms']:.0f} ms, slowest > {self.seal['max_over_ms']:.0f} ms), "
+            f"{self.retention_deleted:.0f} segments deleted by retention"
         )
 
 
@@ -156,6 +162,8 @@ def _client_loop(
             if r.status_code == 200:
                 stats.rows += rows_per_body
                 stats.latencies.append(done - intended)
+                if done - intended > SLOW_S:
+                    stats.slow.append((intended, done - intended))
                 stats.service.append(done - sent)
             elif r.status_code == 429:
                 stats.rejected_429 += 1
@@ -167,6 +175,19 @@ def _client_loop(
                 stats.errors += 1
                 stats.first_error = stats.first_error or f"HTTP {r.status_code}: {r.text[:300]}"
                 time.sleep(0.1)
+
+
+def _stalls(slow: list[tuple[float, float]], start_at: float) -> str:
+    """Slow appends grouped by the second (of the phase) they were meant to start in."""
+    groups: dict[int, list[float]] = {}
+    for intended, latency in slow:
+        groups.setdefault(int(intended - start_at), []).append(latency)
+    wall0 = time.time() - (time.perf_counter() - start_at)
+    return ", ".join(
+        f"t={sec}s ({time.strftime('%H:%M:%S', time.localtime(wall0 + sec))}): "
+        f"{len(lat)} (worst {max(lat) * 1000:.0f} ms)"
+        for sec, lat in groups.items()
+    )
 
 
 def run_phase(
@@ -235,9 +256,17 @@ def run_phase(
         seal=histogram_delta(
             metrics_before, metrics_after, "plateau_seal_seconds", f'format="{fmt}"'
         ),
+        retention_deleted=sum(
+            v - metrics_before.get(k, 0.0)
+            for k, v in metrics_after.items()
+            if k.startswith("plateau_retention_deleted_segments_total{")
+        ),
         other_cpu_s=max(0.0, system_cpu - client_cpu - (node_after.cpu_s - node_before.cpu_s)),
     )
     log(phase.summary())
+    stalls = _stalls(sorted(x for s in stats for x in s.slow), start_at)
+    if stalls:
+        log(f"{name}: appends over {SLOW_S * 1000:.0f} ms, by second of the phase: {stalls}")
     if phase.first_error:
         log(f"{name}: first error: {phase.first_error}")
     return phase
@@ -436,6 +465,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "fsync_mean_ms": round(main_phase.fsync["mean_ms"], 2),
         "seals": int(main_phase.seal["count"]),
         "seal_mean_ms": round(main_phase.seal["mean_ms"], 1),
+        "retention_deleted_segments": int(sum(p.retention_deleted for p in phases)),
         "data_dir_bytes": size,
         "node_total_cpu_s": round(exit_info.cpu_user_s + exit_info.cpu_system_s, 2)
         if exit_info
