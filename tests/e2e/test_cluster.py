@@ -169,3 +169,28 @@ def test_pods_survive_a_kubelet_restart(ns: Kube, local_cluster: Path | None) ->
     # The restarted kubelet also runs new pods.
     ns.apply(pod("after-restart", ["true"]))
     assert ns.wait_pod_done("after-restart") == "Succeeded"
+
+
+def test_local_cluster_dns_answers_cluster_names_only(ns: Kube, local_cluster: Path | None) -> None:
+    if local_cluster is None:
+        pytest.skip("the local cluster's DNS policy (other clusters may forward upstream)")
+    # Pods never reach off the machine: the bridge's forwarding rule is in place...
+    rule = ["-t", "mangle", "-C", "FORWARD", "-i", "plateau0", "!", "-o", "plateau0", "-j", "DROP"]
+    assert subprocess.run(["iptables", *rule], capture_output=True, check=False).returncode == 0
+    # ...and the cluster DNS answers cluster names, and NXDOMAIN for anything else.
+    lookup = (
+        "import socket, sys\n"
+        "for name in sys.argv[1:]:\n"
+        "    try:\n"
+        "        print(name, socket.gethostbyname(name))\n"
+        "    except socket.gaierror as exc:\n"
+        "        print(name, 'unresolved', exc.errno == socket.EAI_NONAME)\n"
+    )
+    names = ["kubernetes.default.svc.cluster.local", "kube-dns.kube-system", "example.com"]
+    ns.apply(pod("lookup", ["python", "-c", lookup, *names]))
+    assert ns.wait_pod_done("lookup") == "Succeeded", ns.logs("lookup")
+    assert ns.logs("lookup").splitlines() == [
+        "kubernetes.default.svc.cluster.local 10.96.0.1",
+        "kube-dns.kube-system 10.96.0.10",
+        "example.com unresolved True",
+    ]
