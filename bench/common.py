@@ -56,6 +56,19 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+def handle_signals() -> None:
+    """SIGTERM and SIGINT raise in the main thread, so ``finally`` stops the node we started.
+
+    (SIGINT is set explicitly: a shell starts background jobs with it ignored.)
+    """
+
+    def terminate(signum: int, _frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def emit(result: dict[str, Any]) -> None:
     print(json.dumps(result, sort_keys=False), flush=True)
 
@@ -107,7 +120,8 @@ def arrow_file_body(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with ipc.new_file(sink, table.schema) as writer:
         writer.write_table(table)
-    return sink.getvalue().to_pybytes()
+    body: bytes = sink.getvalue().to_pybytes()
+    return body
 
 
 def make_bodies(count: int, rows: int, compressible: bool) -> list[bytes]:
@@ -454,8 +468,8 @@ def histogram_delta(
     prefix = f"{name}_bucket{{" + (f"{labels}," if labels else "") + 'le="'
     for key in after:
         if key.startswith(prefix):
-            le = key[len(prefix) : -2]
-            buckets.append((float("inf") if le == "+Inf" else float(le), get(key)))
+            bound = key[len(prefix) : -2]
+            buckets.append((float("inf") if bound == "+Inf" else float(bound), get(key)))
     buckets.sort()
     p99 = max_over = 0.0
     for le, cumulative in buckets:

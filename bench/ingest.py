@@ -34,6 +34,7 @@ from common import (
     dir_size,
     disk_budget,
     emit,
+    handle_signals,
     histogram_delta,
     log,
     make_bodies,
@@ -316,6 +317,17 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     data_dir, temp_root = make_data_dir(args.data_dir, "plateau-bench-ingest-")
     log(f"data dir {data_dir}")
+    try:
+        return run(args, data_dir)
+    finally:
+        if not args.keep:
+            cleanup(temp_root)
+            with contextlib.suppress(OSError):
+                (data_dir.parent / f"{data_dir.name}-node.log").unlink()
+
+
+def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
+    """The whole benchmark on ``data_dir``; the caller deletes it."""
 
     log(f"generating {DISTINCT_BODIES} bodies of {args.rows_per_batch} rows")
     bodies = make_bodies(DISTINCT_BODIES, args.rows_per_batch, args.compressible)
@@ -408,10 +420,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     )
     if abs(disk_before - disk_after) > 0.2 * disk_mb_per_s:
         log("warning: the disk's bandwidth moved by more than 20% during the run")
-    if not args.keep:
-        cleanup(temp_root)
-        with contextlib.suppress(OSError):
-            node.log_path.unlink()
 
     main_phase = phases[0]
     total_rows = sum(p.rows for p in phases)
@@ -491,4 +499,5 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    handle_signals()
     emit(main())

@@ -46,6 +46,7 @@ from common import (
     create_topic,
     disk_budget,
     emit,
+    handle_signals,
     log,
     make_bodies,
     make_data_dir,
@@ -403,4 +404,5 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
+    handle_signals()
     emit(main())
