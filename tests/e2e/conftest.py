@@ -20,6 +20,19 @@ LOCAL_KUBECONFIG = (
 )
 
 
+# The first e2e test sets the cluster up: on a cold cache that builds the
+# Kubernetes binaries and the image (minutes), more than the suite's default
+# timeout allows. The tests' own waits stay bounded (kubectl waits of minutes).
+E2E_TIMEOUT = 2400
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in item.path.parents and item.get_closest_marker("timeout") is None:
+            item.add_marker(pytest.mark.timeout(E2E_TIMEOUT))
+
+
 def _unavailable(reason: str) -> None:
     if IN_CI:
         pytest.fail(f"e2e cluster unavailable (CI=true never skips): {reason}", pytrace=False)
