@@ -12,9 +12,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import itertools
 import sys
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -48,7 +50,7 @@ from common import (
 )
 
 TOPIC = "bench"
-DISTINCT_BODIES = 8
+DISTINCT_BODIES = 32
 SLOW_S = 0.1  # appends slower than this are reported as stalls on stderr
 
 
@@ -123,6 +125,7 @@ def _client_loop(
     start_at: float,
     deadline: float,
     interval: float | None,
+    sequences: list[Iterator[int]],
     stats: ClientStats,
 ) -> None:
     """One writer: closed loop (next request when the last is answered) or open loop."""
@@ -146,9 +149,13 @@ def _client_loop(
                 intended = time.perf_counter()
                 if intended >= deadline:
                     break
-            body = bodies[(index + k) % len(bodies)]
-            path = paths[(index + k) % partitions]
+            part = (index + k) % partitions
             k += 1
+            # each partition cycles through its own bodies: with 32 bodies and 4 partitions a
+            # body comes back after 8 batches (80,000 rows, 10 MB), beyond a Parquet row group
+            # and zstd's window, so random data stays incompressible in sealed files too
+            body = bodies[(next(sequences[part]) * partitions + part) % len(bodies)]
+            path = paths[part]
             sent = time.perf_counter()
             try:
                 r = client.post(path, content=body, headers=headers)
@@ -205,13 +212,14 @@ def run_phase(
 ) -> Phase:
     interval = clients * rows_per_body / rate if rate else None
     stats = [ClientStats() for _ in range(clients)]
+    sequences = [itertools.count() for _ in range(partitions)]  # next() is atomic in CPython
     start_at = time.perf_counter() + 0.2
     deadline = start_at + duration
     threads = [
         threading.Thread(
             target=_client_loop,
             args=(i, clients, url, bodies, rows_per_body, partitions, start_at, deadline, interval),
-            kwargs={"stats": stats[i]},
+            kwargs={"sequences": sequences, "stats": stats[i]},
             name=f"writer-{i}",
             daemon=True,
         )

@@ -213,7 +213,7 @@ def measured(name: str, pid: int | None, work: Any) -> Pass:
 def fill(url: str, rows: int, partitions: int, compressible: bool, clients: int) -> float:
     """Append ``rows`` rows (rounded up to whole batches) round-robin; returns rows/s."""
     batch = 10_000
-    bodies = make_bodies(8, batch, compressible)
+    bodies = make_bodies(32, batch, compressible)  # partition p cycles through 8 of them
     requests = -(-rows // batch)
     counter = iter(range(requests))
     lock = threading.Lock()
