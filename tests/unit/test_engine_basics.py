@@ -141,3 +141,11 @@ def test_delete_topic_removes_data(make_engine: EngineFactory) -> None:
     assert snap["topics"] == {}
     with pytest.raises(NotFound):
         e.delete_topic("t")
+
+
+def test_one_engine_per_data_directory(make_engine: EngineFactory) -> None:
+    from plateau.storage.errors import Unavailable
+
+    make_engine()
+    with pytest.raises(Unavailable, match="in use"):
+        make_engine()

@@ -44,6 +44,7 @@ def test_torn_tail_is_cut_and_acknowledged_rows_survive(tmp_path, fmt: str) -> N
     assert len(open_files) == 1
     # abandon the engine without close (no footer, no seal), then tear the last batch
     e._closed.set()  # stop its timer from sealing
+    e._lock_file.close()  # as the kernel does when the process dies
     data = open_files[0].read_bytes()
     open_files[0].write_bytes(data[:-40])
     e2 = Engine(settings)

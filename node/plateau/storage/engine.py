@@ -10,6 +10,7 @@ leaves nothing to recover.
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import logging
 import shutil
 import sqlite3
@@ -17,6 +18,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO
 
 import pyarrow as pa
 
@@ -65,6 +68,7 @@ class Engine:
         self.settings = settings
         self.data_dir = settings.data_dir.resolve()
         (self.data_dir / "topics").mkdir(parents=True, exist_ok=True)
+        self._lock_file = _lock_data_dir(self.data_dir)
         self._ballast = Ballast(self.data_dir / BALLAST, settings.ballast_bytes)
         self._cache = ReaderCache()
         self._snapshot = SnapshotWriter(self.data_dir)
@@ -141,6 +145,7 @@ class Engine:
         self._sealer.shutdown(wait=True)
         self._publish_snapshot()
         self._manifest.close()
+        self._lock_file.close()
 
     # --- topics -----------------------------------------------------------------
     def topics(self) -> list[str]:
@@ -432,3 +437,14 @@ def _disk_full(exc: BaseException) -> bool:
     if isinstance(exc, OSError):
         return exc.errno == ENOSPC
     return "full" in str(exc)  # sqlite3: "database or disk is full"
+
+
+def _lock_data_dir(data_dir: Path) -> IO[bytes]:
+    """One node per data directory: a second writer would corrupt segments and indexes."""
+    f = (data_dir / "lock").open("a+b")
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise Unavailable(f"data directory {data_dir} is in use by another plateau node") from None
+    return f

@@ -121,7 +121,7 @@ def _chunk_of(starts: list[int], row: int) -> int:
 class ReaderCache:
     """Open readers by segment id, least recently used evicted first."""
 
-    def __init__(self, capacity: int = 256) -> None:
+    def __init__(self, capacity: int = 32) -> None:
         self._lock = threading.Lock()
         self._capacity = capacity
         self._readers: OrderedDict[SegmentId, SegmentReader] = OrderedDict()

@@ -39,6 +39,18 @@ def time_bounds_ms(column: pa.ChunkedArray | pa.Array) -> tuple[int, int]:
     return int(mm["min"].as_py()), int(mm["max"].as_py())
 
 
+class _FileHandle:
+    """The open file, shared by the segment and its group commit."""
+
+    def __init__(self) -> None:
+        self.file: BinaryIO | None = None
+
+    def fsync(self) -> None:
+        file = self.file
+        if file is not None:
+            os.fsync(file.fileno())
+
+
 @dataclass
 class OpenSegment:
     """State of one open (or being sealed) segment; mutated only under the partition lock."""
@@ -54,12 +66,23 @@ class OpenSegment:
     nbytes: int = 0
     min_time_ms: int | None = None
     max_time_ms: int | None = None
-    _file: BinaryIO | None = None
+    _handle: _FileHandle = field(default_factory=lambda: _FileHandle())
     _writer: pa.ipc.RecordBatchFileWriter | None = None
     commit: GroupCommit = field(init=False)
 
     def __post_init__(self) -> None:
-        self.commit = GroupCommit(self._fsync)
+        # The commit holds the handle, not the segment: a bound method here would make a
+        # reference cycle, and a sealed segment's batches (up to max_bytes) would then
+        # live until the cyclic garbage collector happened to run.
+        self.commit = GroupCommit(self._handle.fsync)
+
+    @property
+    def _file(self) -> BinaryIO | None:
+        return self._handle.file
+
+    @_file.setter
+    def _file(self, value: BinaryIO | None) -> None:
+        self._handle.file = value
 
     @classmethod
     def create(
@@ -153,10 +176,6 @@ class OpenSegment:
                 file.truncate(pos)
         with contextlib.suppress(OSError):
             file.close()
-
-    def _fsync(self) -> None:
-        if self._file is not None:
-            os.fsync(self._file.fileno())
 
     def finish_file(self) -> bool:
         """Sync and close the open file; write the footer. False if the writer was abandoned."""
