@@ -238,7 +238,8 @@ def parse_topic_page(response: httpx.Response, cursor: Mapping[str, int]) -> Top
     if content_type.startswith(JSON):
         body = response.json()
         table = rows_to_table(body.get("records") or [])
-        header = body.get("status", header)
+        # the JSON body carries both halves; the header says the same
+        header = {"status": body.get("status"), "next": body.get("next")}
     else:
         table = decode_table(response.content, content_type)
     if isinstance(header, Mapping):
