@@ -268,7 +268,7 @@ def seal_segment(topic: str, partition: str, data_dir: Path, seg: OpenSegment) -
         rename_durably(seg.path, final)
     else:
         seg.finish_file()
-        write_sealed(final, seg.table(), fmt, seg.config.compression)
+        write_sealed(final, seg.table(), fmt, seg.config.codec())
     assert seg.min_time_ms is not None and seg.max_time_ms is not None
     return SegmentRow(
         id=seg.id,

@@ -131,7 +131,7 @@ def _recover_open(data_dir: Path, manifest: Manifest, row: OpenRow) -> None:
         rows = sum(b.num_rows for b in batches)
         if schema is not None and rows > 0:
             table = pa.Table.from_batches(batches, schema=schema)
-            compression = manifest.topics()[row.topic].segment.compression
+            compression = manifest.topics()[row.topic].segment.codec()
             try:
                 write_sealed(final, table, row.format, compression)
             except OSError as exc:

@@ -74,6 +74,7 @@ class SegmentReader:
         self._source: pa.MemoryMappedFile | None = None
         self._parquet: pq.ParquetFile | None = None
         self._batches: list[pa.RecordBatch] = []
+        self._decoded: tuple[int, int, pa.Table] | None = None
         if fmt == "parquet":
             self._parquet = pq.ParquetFile(path, memory_map=True)
             meta = self._parquet.metadata
@@ -101,7 +102,16 @@ class SegmentReader:
         last = _chunk_of(self._starts, end - 1)
         with self._lock:
             if self._parquet is not None:
-                table = self._parquet.read_row_groups(list(range(first, last + 1)))
+                # pages are smaller than row groups: decode each group once, not per page
+                cached = self._decoded
+                if cached is not None and cached[0] <= first and last <= cached[1]:
+                    table = cached[2].slice(
+                        self._starts[first] - self._starts[cached[0]],
+                        self._starts[last + 1] - self._starts[first],
+                    )
+                else:
+                    table = self._parquet.read_row_groups(list(range(first, last + 1)))
+                    self._decoded = (first, last, table)
             else:
                 table = pa.Table.from_batches(self._batches[first : last + 1], schema=self.schema)
         base = self._starts[first]

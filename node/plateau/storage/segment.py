@@ -112,9 +112,9 @@ class OpenSegment:
     @staticmethod
     def ipc_compression(config: SegmentConfig) -> str | None:
         """The open file is the sealed file for ``arrow``; a ``parquet`` WAL stays raw (CPU)."""
-        if config.format != "arrow" or config.compression == "none":
+        if config.format != "arrow" or config.codec() == "none":
             return None
-        return config.compression
+        return config.codec()
 
     @property
     def end_index(self) -> Index:

@@ -40,10 +40,19 @@ class SegmentConfig(BaseModel):
         description="parquet: Spark-native, rows also go to a write-ahead file; "
         "arrow: write-once Arrow IPC file.",
     )
-    compression: Literal["zstd", "lz4", "none"] = Field(
-        default="zstd",
-        description="Codec of sealed segments: Parquet pages, or Arrow IPC buffers.",
+    compression: Literal["zstd", "lz4", "none"] | None = Field(
+        default=None,
+        description="Codec of sealed segments (Parquet pages or Arrow IPC buffers); "
+        "unset: zstd for parquet (compact, Spark-native), lz4 for arrow (compressed on the "
+        "append path, where zstd would cost CPU the ingest rate needs).",
     )
+
+    def codec(self) -> str:
+        """The codec in force: the explicit one, else the format's default."""
+        if self.compression is not None:
+            return self.compression
+        return "zstd" if self.format == "parquet" else "lz4"
+
     max_rows: int = Field(default=1_000_000, gt=0, description="Seal after this many rows.")
     max_bytes: int = Field(
         default=64 * MiB, gt=0, description="Seal after this many bytes of Arrow data."
