@@ -75,6 +75,7 @@ class SegmentReader:
         self._parquet: pq.ParquetFile | None = None
         self._batches: list[pa.RecordBatch] = []
         self._decoded: tuple[int, int, pa.Table] | None = None
+        self._file_reader: pa.ipc.RecordBatchFileReader | None = None
         if fmt == "parquet":
             self._parquet = pq.ParquetFile(path, memory_map=True)
             meta = self._parquet.metadata
@@ -83,8 +84,18 @@ class SegmentReader:
         else:
             # memory-mapped: batches are zero-copy views, decompressed (if at all) on access
             self._source = pa.memory_map(str(path))
-            self._batches, self.schema = _arrow_batches(self._source)
-            counts = [b.num_rows for b in self._batches]
+            try:
+                # footer present: batches are decoded on demand, only the counts are kept
+                file_reader = pa.ipc.open_file(self._source)
+                self.schema = file_reader.schema
+                counts = [
+                    file_reader.get_batch(i).num_rows for i in range(file_reader.num_record_batches)
+                ]
+                self._file_reader = file_reader
+            except pa.ArrowInvalid:
+                self._file_reader = None  # sealed in place on a full volume: a stream
+                self._batches, self.schema = _arrow_batches(self._source)
+                counts = [b.num_rows for b in self._batches]
         self._starts = [0]
         for c in counts:
             self._starts.append(self._starts[-1] + c)
@@ -113,7 +124,13 @@ class SegmentReader:
                     table = self._parquet.read_row_groups(list(range(first, last + 1)))
                     self._decoded = (first, last, table)
             else:
-                table = pa.Table.from_batches(self._batches[first : last + 1], schema=self.schema)
+                reader = self._file_reader
+                batches = (
+                    [reader.get_batch(i) for i in range(first, last + 1)]
+                    if reader is not None
+                    else self._batches[first : last + 1]
+                )
+                table = pa.Table.from_batches(batches, schema=self.schema)
         base = self._starts[first]
         return table.slice(offset - base, end - offset)
 
