@@ -17,6 +17,13 @@ def ipc_file(table: pa.Table) -> bytes:
     return bytes(sink.getvalue().to_pybytes())
 
 
+def ipc_stream(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    with pa.ipc.new_stream(sink, table.schema) as writer:
+        writer.write_table(table)
+    return bytes(sink.getvalue().to_pybytes())
+
+
 def append(client: httpx.Client, topic: str, partition: str, table: pa.Table) -> httpx.Response:
     return client.post(
         f"/topic/{topic}/partition/{partition}",

@@ -13,6 +13,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
 
+from tests.arrowhttp import ipc_file, ipc_stream
 from tests.nodeproc import NodeProcess
 
 ARROW_FILE = "application/vnd.apache.arrow.file"
@@ -22,20 +23,6 @@ _names = itertools.count()
 
 def fresh_topic() -> str:
     return f"api-{next(_names)}"
-
-
-def ipc_file(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with ipc.new_file(sink, table.schema) as w:
-        w.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-def ipc_stream(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with ipc.new_stream(sink, table.schema) as w:
-        w.write_table(table)
-    return sink.getvalue().to_pybytes()
 
 
 def sample(n: int, start_time: int = 1_700_000_000_000) -> pa.Table:

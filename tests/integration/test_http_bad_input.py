@@ -14,29 +14,15 @@ from typing import Any
 
 import httpx
 import pyarrow as pa
-import pyarrow.ipc as ipc
 import pytest
 
+from tests.arrowhttp import ipc_file, ipc_stream
 from tests.nodeproc import NodeProcess
 
 ARROW_FILE = "application/vnd.apache.arrow.file"
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 TOKEN = "test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
-
-
-def ipc_file(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with ipc.new_file(sink, table.schema) as w:
-        w.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-def ipc_stream(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with ipc.new_stream(sink, table.schema) as w:
-        w.write_table(table)
-    return sink.getvalue().to_pybytes()
 
 
 GOOD = pa.table({"time": pa.array([1, 2], pa.int64()), "v": ["a", "b"]})

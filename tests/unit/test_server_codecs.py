@@ -27,6 +27,7 @@ from plateau.server.codecs import (
 from plateau.server.errors import UnsupportedMediaType
 from plateau.server.jsonout import dumps, table_rows
 from plateau.storage.errors import InvalidInput
+from tests.arrowhttp import ipc_file, ipc_stream
 
 TABLE = pa.table(
     {
@@ -36,20 +37,6 @@ TABLE = pa.table(
         "nested": pa.array([{"a": [1, 2]}, None, {"a": []}]),
     }
 )
-
-
-def ipc_file(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with ipc.new_file(sink, table.schema) as w:
-        w.write_table(table)
-    return sink.getvalue().to_pybytes()
-
-
-def ipc_stream(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with ipc.new_stream(sink, table.schema) as w:
-        w.write_table(table)
-    return sink.getvalue().to_pybytes()
 
 
 # --- content types --------------------------------------------------------------
