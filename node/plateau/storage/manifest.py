@@ -18,7 +18,6 @@ per segment (open, seal, delete), never per append.
 
 from __future__ import annotations
 
-import json
 import sqlite3
 import threading
 import time
@@ -232,7 +231,3 @@ class Manifest:
                 "WHERE state = 'open' ORDER BY id"
             ).fetchall()
         return [OpenRow(SegmentId(r[0]), r[1], r[2], r[3], Index(r[4])) for r in rows]
-
-
-def dump_json(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"), sort_keys=True)

@@ -29,7 +29,7 @@ from plateau.storage.errors import Busy, InsufficientStorage, NotFound
 from plateau.storage.files import make_dirs, rename_durably
 from plateau.storage.manifest import Manifest, SegmentRow
 from plateau.storage.sealed import sealed_name, write_sealed
-from plateau.storage.segment import OpenSegment, time_bounds_ms
+from plateau.storage.segment import OpenSegment
 from plateau.storage.topic_config import SegmentConfig
 from plateau.storage.types import Index, Span
 
@@ -283,7 +283,3 @@ def seal_segment(topic: str, partition: str, data_dir: Path, seg: OpenSegment) -
         path=str(final.relative_to(data_dir)),
         sealed_at=time.time(),
     )
-
-
-def describe_table(table: pa.Table) -> tuple[int, int]:
-    return time_bounds_ms(table.column("time"))

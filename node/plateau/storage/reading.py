@@ -18,7 +18,6 @@ from plateau.storage.errors import InvalidInput
 from plateau.storage.partition import PartitionView
 from plateau.storage.sealed import ReaderCache
 from plateau.storage.types import (
-    Index,
     Order,
     PartitionRead,
     RecordStatus,
@@ -201,10 +200,6 @@ def select_partitions(names: list[str], selectors: list[str] | None) -> list[str
         else:
             chosen.update(n for n in names if n == sel)
     return sorted(chosen)
-
-
-def clamp(value: int, view: PartitionView) -> Index:
-    return Index(max(value, view.start))
 
 
 def iterate(
