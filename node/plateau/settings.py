@@ -80,6 +80,18 @@ class StorageSettings(BaseModel):
     retention_interval_seconds: float = Field(
         default=5.0, gt=0, description="How often retention and segment age limits are checked."
     )
+    drop_written_pages: bool = Field(
+        default=True,
+        description="After each fsync, advise the kernel to drop the pages just written "
+        "(open segments are served from memory, write-ahead files are read only by recovery). "
+        "Set false on hosts with memory to spare when readers often read freshly sealed segments.",
+    )
+    read_cache_bytes: int = Field(
+        default=64 * MiB,
+        ge=0,
+        description="Memory for decoded row groups and batches of sealed segments, so a page "
+        "that takes part of one does not decode it again.",
+    )
     auto_create_topics: bool = Field(
         default=True, description="Create a topic with the defaults on its first append."
     )

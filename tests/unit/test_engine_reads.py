@@ -1,0 +1,148 @@
+"""Reads over long histories: sealed segments opened only as reached, decoded runs cached."""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import mmap
+import os
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from plateau.storage.engine import Engine
+from plateau.storage.files import PageDropper
+from plateau.storage.sealed import DecodedCache
+from plateau.storage.topic_config import TopicConfigRequest
+from plateau.storage.types import Order, RecordStatus, Span
+from tests.unit.conftest import EngineFactory, append_retrying, wait_for
+
+
+def rows(lo: int, hi: int) -> pa.Table:
+    return pa.table({"x": pa.array(range(lo, hi), pa.int64())})
+
+
+def sealed_history(make_engine: EngineFactory, fmt: str, segments: int) -> tuple[Engine, int]:
+    e = make_engine()
+    e.put_topic(
+        "t",
+        TopicConfigRequest.model_validate(
+            {"partitions": 2, "segment": {"format": fmt, "max_rows": 100}}
+        ),
+    )
+    for p in ("0", "1"):
+        for i in range(segments):
+            append_retrying(e, "t", p, rows(i * 100, (i + 1) * 100))
+    total = segments * 100
+    usage = e.topic_usage
+    wait_for(lambda: all(usage("t").partitions[p].segments >= segments - 1 for p in ("0", "1")))
+    return e, total
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
+def test_iteration_from_a_cursor_opens_only_segments_it_reads(
+    make_engine: EngineFactory, fmt: str
+) -> None:
+    e, total = sealed_history(make_engine, fmt, 20)
+    page = e.iterate_topic("t", {"0": total - 150, "1": total - 150}, 100)
+    assert page.table.column("x").to_pylist() == list(range(total - 150, total - 100)) * 2
+    assert page.next == {"0": total - 100, "1": total - 100}
+    # the last 150 rows of each partition lie in its last two segments
+    assert e._cache.open_readers() <= 4
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
+def test_small_pages_across_sealed_segments_return_every_row_once(
+    make_engine: EngineFactory, fmt: str
+) -> None:
+    e, total = sealed_history(make_engine, fmt, 6)
+    cursor: dict[str, int] = {}
+    seen: dict[str, list[int]] = {"0": [], "1": []}
+    while True:
+        page = e.iterate_topic("t", cursor, 30)
+        start = dict(cursor)
+        values = page.table.column("x").to_pylist()
+        for p in ("0", "1"):
+            got = page.next[p] - start.get(p, 0)
+            seen[p].extend(values[:got])
+            values = values[got:]
+        cursor = page.next
+        if page.status == RecordStatus.ALL:
+            break
+    assert seen == {"0": list(range(total)), "1": list(range(total))}
+
+
+def test_descending_pages_stop_at_a_schema_change_between_sealed_segments(
+    make_engine: EngineFactory,
+) -> None:
+    e = make_engine()
+    e.put_topic("t", TopicConfigRequest.model_validate({"segment": {"max_rows": 50}}))
+    for i in range(4):
+        append_retrying(e, "t", "0", rows(i * 50, (i + 1) * 50))
+    append_retrying(e, "t", "0", pa.table({"y": pa.array(["a"] * 50)}))
+    for i in range(5, 7):
+        append_retrying(e, "t", "0", rows(i * 50, (i + 1) * 50))
+    wait_for(lambda: e.topic_usage("t").partitions["0"].segments >= 6)
+    first = e.iterate_topic("t", {}, 100, Order.DESC)
+    assert first.table.column("x").to_pylist() == list(range(349, 249, -1))
+    assert first.next == {"0": 250}
+    second = e.iterate_topic("t", first.next, 100, Order.DESC)
+    assert second.table.column("y").to_pylist() == ["a"] * 50
+    assert second.status == RecordStatus.SCHEMA_CHANGE
+    third = e.iterate_topic("t", second.next, 120, Order.DESC)
+    assert third.table.column("x").to_pylist() == list(range(199, 79, -1))
+    assert third.status == RecordStatus.RECORD_LIMITED
+    assert e.read_partition("t", "0", 0, 1000).span == Span(0, 200)
+
+
+def test_decoded_cache_keeps_within_its_budget_least_recent_out() -> None:
+    table = pa.table({"v": pa.array(range(1000), pa.int64())})  # 8000 bytes
+    cache = DecodedCache(20_000)
+    cache.put("a", 0, 1, table)
+    cache.put("b", 0, 0, table)
+    assert cache.get("a", 1, 1) is not None  # a run covering the request is reused
+    assert cache.get("a", 1, 2) is None  # one it does not cover is not
+    cache.put("c", 3, 3, table)  # over budget: "b", least recently used, goes
+    assert cache.get("b", 0, 0) is None
+    assert cache.get("a", 0, 0) is not None and cache.get("c", 3, 3) is not None
+    cache.put("big", 0, 0, pa.concat_tables([table] * 3))  # larger than the budget: not kept
+    assert cache.get("big", 0, 0) is None and cache.get("c", 3, 3) is not None
+
+
+def _resident_pages(path: Path) -> int:
+    """Pages of ``path`` in the page cache (mincore(2) on a mapping of it)."""
+    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.POINTER(ctypes.c_ubyte)]
+    size = path.stat().st_size
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    # a private writable mapping, so ctypes can take its address; no page is touched
+    prot = mmap.PROT_READ | mmap.PROT_WRITE
+    with (
+        path.open("rb") as f,
+        mmap.mmap(f.fileno(), size, flags=mmap.MAP_PRIVATE, prot=prot) as m,
+    ):
+        address = ctypes.c_char.from_buffer(m)
+        vec = (ctypes.c_ubyte * pages)()
+        try:
+            if libc.mincore(ctypes.addressof(address), size, vec) != 0:
+                raise OSError(ctypes.get_errno(), "mincore")
+        finally:
+            del address
+        return sum(v & 1 for v in vec)
+
+
+@pytest.mark.parametrize("drop", [True, False])
+def test_synced_pages_leave_the_page_cache_only_when_asked(tmp_path: Path, drop: bool) -> None:
+    path = tmp_path / "f"
+    dropper = PageDropper(drop)
+    with path.open("wb", buffering=0) as f:
+        f.write(os.urandom(1 << 20))
+        dropper.sync(f.fileno())
+        f.write(os.urandom(100_000))  # more, then a second sync drops only the new pages
+        dropper.sync(f.fileno())
+    resident = _resident_pages(path)
+    if drop:
+        assert resident <= 1  # the partial last page stays: the next write extends it
+    else:
+        assert resident == (path.stat().st_size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
