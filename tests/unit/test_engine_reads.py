@@ -9,11 +9,12 @@ import os
 from pathlib import Path
 
 import pyarrow as pa
+import pyarrow.parquet as pq
 import pytest
 
 from plateau.storage.engine import Engine
 from plateau.storage.files import PageDropper
-from plateau.storage.sealed import DecodedCache
+from plateau.storage.sealed import DecodedCache, SegmentReader, write_sealed
 from plateau.storage.topic_config import TopicConfigRequest
 from plateau.storage.types import Order, RecordStatus, Span
 from tests.unit.conftest import EngineFactory, append_retrying, wait_for
@@ -146,3 +147,44 @@ def test_synced_pages_leave_the_page_cache_only_when_asked(tmp_path: Path, drop:
         assert resident <= 1  # the partial last page stays: the next write extends it
     else:
         assert resident == (path.stat().st_size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+
+
+def test_opening_a_cold_arrow_segment_reads_little_of_it(tmp_path: Path) -> None:
+    """A history read's first page must not wait for the whole segment to come off disk."""
+    values = pa.Array.from_buffers(pa.binary(100), 10_000, [None, pa.py_buffer(os.urandom(10**6))])
+    batch = pa.table({"x": pa.array(range(10_000), pa.int64()), "v": values})
+    path = tmp_path / "seg.arrow"  # 16 batches of about 1 MB, incompressible
+    write_sealed(path, pa.concat_tables([batch] * 16), "arrow", "lz4")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    assert _resident_pages(path) == 0
+    reader = SegmentReader(path, "arrow")
+    try:
+        assert reader.rows == 160_000
+        pages = (path.stat().st_size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+        assert _resident_pages(path) < pages // 4
+        assert reader.read(155_000, 3).column("x").to_pylist() == [5000, 5001, 5002]
+    finally:
+        reader.close()
+
+
+def test_parquet_dictionaries_only_for_columns_whose_values_repeat(tmp_path: Path) -> None:
+    n = 20_000
+    table = pa.table(
+        {
+            "time": pa.array(range(n), pa.int64()),
+            "key": [f"key-{i % 50}" for i in range(n)],
+            "payload": [os.urandom(32) for _ in range(n)],
+        }
+    )
+    path = tmp_path / "seg.parquet"
+    write_sealed(path, table, "parquet", "zstd")
+    meta = pq.ParquetFile(path).metadata.row_group(0)
+    dictionary = {
+        meta.column(i).path_in_schema: meta.column(i).has_dictionary_page for i in range(3)
+    }
+    assert dictionary == {"time": False, "key": True, "payload": False}
+    assert pq.read_table(path).equals(table)
