@@ -36,3 +36,13 @@ FSYNC_SECONDS = Histogram(
     "Duration of one group-commit fsync",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
 )
+APPEND_STAGE_SECONDS = Histogram(
+    "plateau_append_stage_seconds",
+    "Where an append's time goes: body (receiving the request body), queue (waiting for a "
+    "worker thread), decode (parsing and validating), write (partition lock and writing "
+    "into the open segment), durable (waiting for the group-commit fsync)",
+    ["stage"],
+    buckets=(0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5),
+)
+"""Why per stage: a slow p99 alone does not say whether the client, the event loop,
+the thread pool, lock contention or the disk held an append up."""

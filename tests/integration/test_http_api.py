@@ -363,6 +363,26 @@ def test_metrics_expose_the_node_metrics(client: httpx.Client, shared: NodeProce
         assert f"# TYPE {name}" in r.text, name
 
 
+def _stage_counts(url: str) -> dict[str, float]:
+    text = httpx.get(f"{url}/metrics").text
+    prefix = 'plateau_append_stage_seconds_count{stage="'
+    return {
+        line[len(prefix) :].split('"')[0]: float(line.rsplit(" ", 1)[1])
+        for line in text.splitlines()
+        if line.startswith(prefix)
+    }
+
+
+def test_every_stage_of_an_acknowledged_append_is_timed(
+    client: httpx.Client, shared: NodeProcess
+) -> None:
+    before = _stage_counts(shared.url)
+    append(client, fresh_topic(), "0", sample(2))
+    after = _stage_counts(shared.url)
+    for stage in ("body", "queue", "decode", "write", "durable"):
+        assert after.get(stage, 0) >= before.get(stage, 0) + 1, stage
+
+
 def test_docs_and_openapi(shared: NodeProcess) -> None:
     r = httpx.get(f"{shared.url}/docs")
     assert r.status_code == 200

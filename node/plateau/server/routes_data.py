@@ -13,13 +13,14 @@ instead of falling through to a 404.
 from __future__ import annotations
 
 import json
+import time
 from typing import Annotated
 
 import pyarrow as pa
 from fastapi import APIRouter, Header, Query, Request, Response
 from starlette.concurrency import run_in_threadpool
 
-from plateau.metrics import REJECTED_APPENDS
+from plateau.metrics import APPEND_STAGE_SECONDS, REJECTED_APPENDS
 from plateau.server.auth import AppendAccess, ReadAccess
 from plateau.server.body import read_body
 from plateau.server.codecs import (
@@ -46,6 +47,10 @@ from plateau.storage.engine import Engine
 from plateau.storage.errors import PlateauError
 from plateau.storage.names import check_name
 from plateau.storage.types import Order, PartitionRead, Span, TimeRange, TopicRead
+
+_STAGE_BODY = APPEND_STAGE_SECONDS.labels(stage="body")
+_STAGE_QUEUE = APPEND_STAGE_SECONDS.labels(stage="queue")
+_STAGE_DECODE = APPEND_STAGE_SECONDS.labels(stage="decode")
 
 router = APIRouter(tags=["data"])
 
@@ -183,8 +188,13 @@ async def append(request: Request, topic: str, partition: str) -> Response:
         check_name("topic", topic)
         check_name("partition", partition)
         media = append_media_type(request.headers.get("content-type"))
+        started = time.perf_counter()
         body = await read_body(request, state.settings.server.max_request_bytes)
-        span = await run_in_threadpool(_append, state.engine, topic, partition, media, body)
+        received = time.perf_counter()
+        _STAGE_BODY.observe(received - started)
+        span = await run_in_threadpool(
+            _append, state.engine, topic, partition, media, body, received
+        )
     except PlateauError as exc:
         reason = _rejection_reason(exc)
         if reason is not None:
@@ -193,8 +203,13 @@ async def append(request: Request, topic: str, partition: str) -> Response:
     return json_reply({"span": span.to_json()})
 
 
-def _append(engine: Engine, topic: str, partition: str, media: str, body: bytes) -> Span:
+def _append(
+    engine: Engine, topic: str, partition: str, media: str, body: bytes, handed_off: float
+) -> Span:
+    started = time.perf_counter()
+    _STAGE_QUEUE.observe(started - handed_off)
     table: pa.Table = decode_append(media, body)
+    _STAGE_DECODE.observe(time.perf_counter() - started)
     return engine.append(topic, partition, table)
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from plateau.metrics import SEAL_SECONDS
+from plateau.metrics import APPEND_STAGE_SECONDS, SEAL_SECONDS
 from plateau.storage.errors import Busy, InsufficientStorage, NotFound
 from plateau.storage.files import make_dirs, rename_durably
 from plateau.storage.manifest import Manifest, SegmentRow
@@ -35,6 +35,8 @@ from plateau.storage.types import Index, Span, WritePolicy
 
 log = logging.getLogger(__name__)
 SCHEMA_CHANGE_WAIT = 5.0  # seconds an append with a new schema waits for the previous seal
+_STAGE_WRITE = APPEND_STAGE_SECONDS.labels(stage="write")
+_STAGE_DURABLE = APPEND_STAGE_SECONDS.labels(stage="durable")
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,7 @@ class Partition:
     # --- writing ----------------------------------------------------------------
     def append(self, table: pa.Table, config: SegmentConfig) -> Span:
         """Write all rows of ``table`` into the open segment and wait until durable."""
+        started = time.perf_counter()
         deadline = time.monotonic() + SCHEMA_CHANGE_WAIT
         seg: OpenSegment | None = None
         with self.lock:
@@ -109,8 +112,11 @@ class Partition:
             start = self.next_index
             seq = seg.append(table)
             self.next_index = Index(start + table.num_rows)
+        written = time.perf_counter()
+        _STAGE_WRITE.observe(written - started)
         if not self._relaxed:
             seg.commit.wait(seq)
+            _STAGE_DURABLE.observe(time.perf_counter() - written)
         return Span(start, start + table.num_rows)
 
     def _new_segment_locked(self, schema: pa.Schema, config: SegmentConfig) -> OpenSegment:
