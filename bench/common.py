@@ -465,10 +465,15 @@ def histogram_delta(
     count = get(f"{name}_count{sel}")
     total = get(f"{name}_sum{sel}")
     buckets: list[tuple[float, float]] = []
-    prefix = f"{name}_bucket{{" + (f"{labels}," if labels else "") + 'le="'
+    prefix = f"{name}_bucket{{"
+    wanted = set(labels.split(",")) if labels else set()
     for key in after:
-        if key.startswith(prefix):
-            bound = key[len(prefix) : -2]
+        if not key.startswith(prefix):
+            continue
+        # the exporter's label order varies (``le`` first or last): compare as a set
+        parts = set(key[len(prefix) : -1].split(","))
+        bound = next((p[4:-1] for p in parts if p.startswith('le="')), None)
+        if bound is not None and parts - {f'le="{bound}"'} == wanted:
             buckets.append((float("inf") if bound == "+Inf" else float(bound), get(key)))
     buckets.sort()
     p99 = max_over = 0.0

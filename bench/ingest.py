@@ -67,6 +67,18 @@ class ClientStats:
     last_done: float = 0.0
 
 
+STAGES = ("body", "queue", "decode", "write", "durable")
+"""The node's ``plateau_append_stage_seconds`` labels, in the order an append meets them."""
+
+
+def stage_fields(phase: Phase, suffix: str) -> dict[str, dict[str, float]]:
+    """Mean and bucket p99 of each append stage: where the latency of ``phase`` went."""
+    return {
+        f"stage_mean_ms{suffix}": {k: round(v["mean_ms"], 2) for k, v in phase.stages.items()},
+        f"stage_p99_le_ms{suffix}": {k: round(v["p99_le_ms"], 2) for k, v in phase.stages.items()},
+    }
+
+
 @dataclass
 class Phase:
     name: str
@@ -88,6 +100,7 @@ class Phase:
     other_cpu_s: float
     fsync: dict[str, float]
     seal: dict[str, float]
+    stages: dict[str, dict[str, float]]
     retention_deleted: float
 
     def summary(self) -> str:
@@ -265,6 +278,12 @@ def run_phase(
         seal=histogram_delta(
             metrics_before, metrics_after, "plateau_seal_seconds", f'format="{fmt}"'
         ),
+        stages={
+            stage: histogram_delta(
+                metrics_before, metrics_after, "plateau_append_stage_seconds", f'stage="{stage}"'
+            )
+            for stage in STAGES
+        },
         retention_deleted=sum(
             v - metrics_before.get(k, 0.0)
             for k, v in metrics_after.items()
@@ -481,6 +500,7 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         "fsync_mean_ms": round(main_phase.fsync["mean_ms"], 2),
         "seals": int(main_phase.seal["count"]),
         "seal_mean_ms": round(main_phase.seal["mean_ms"], 1),
+        **stage_fields(main_phase, ""),
         "retention_deleted_segments": int(sum(p.retention_deleted for p in phases)),
         "data_dir_bytes": size,
         "node_total_cpu_s": round(exit_info.cpu_user_s + exit_info.cpu_system_s, 2)
@@ -499,6 +519,7 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
                 "p99_ms_at_half_rate": round(half_phase.p99_ms, 1),
                 "max_ms_at_half_rate": round(half_phase.max_ms, 1),
                 "service_p99_ms_at_half_rate": round(half_phase.service_p99_ms, 1),
+                **stage_fields(half_phase, "_at_half_rate"),
             }
         )
     if main_phase.first_error:
