@@ -12,6 +12,18 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+
+def metric_values(url: str, sample: str) -> dict[tuple[tuple[str, str], ...], float]:
+    """Values of the ``/metrics`` sample ``sample`` (e.g. ``x_total``, ``x_count``) by label set."""
+    text = httpx.get(f"{url}/metrics").text
+    return {
+        tuple(sorted(s.labels.items())): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+        if s.name == sample
+    }
 
 
 def free_port() -> int:

@@ -22,7 +22,7 @@ from plateau.client import (
     RecordTooLargeError,
 )
 from plateau.storage.types import RecordStatus, Span
-from tests.nodeproc import NodeProcess
+from tests.nodeproc import NodeProcess, metric_values
 
 
 @pytest.fixture(scope="module")
@@ -231,12 +231,8 @@ def test_async_client(node: NodeProcess) -> None:
 
 
 def busy_rejections(node: NodeProcess) -> float:
-    import httpx
-
-    for line in httpx.get(f"{node.url}/metrics").text.splitlines():
-        if line.startswith('plateau_rejected_appends_total{reason="busy"}'):
-            return float(line.split()[-1])
-    return 0.0
+    rejected = metric_values(node.url, "plateau_rejected_appends_total")
+    return rejected.get((("reason", "busy"),), 0.0)
 
 
 @pytest.mark.slow

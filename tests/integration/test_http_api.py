@@ -14,7 +14,7 @@ import pyarrow.ipc as ipc
 import pytest
 
 from tests.arrowhttp import ipc_file, ipc_stream
-from tests.nodeproc import NodeProcess
+from tests.nodeproc import NodeProcess, metric_values
 
 ARROW_FILE = "application/vnd.apache.arrow.file"
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
@@ -364,13 +364,8 @@ def test_metrics_expose_the_node_metrics(client: httpx.Client, shared: NodeProce
 
 
 def _stage_counts(url: str) -> dict[str, float]:
-    text = httpx.get(f"{url}/metrics").text
-    prefix = 'plateau_append_stage_seconds_count{stage="'
-    return {
-        line[len(prefix) :].split('"')[0]: float(line.rsplit(" ", 1)[1])
-        for line in text.splitlines()
-        if line.startswith(prefix)
-    }
+    counts = metric_values(url, "plateau_append_stage_seconds_count")
+    return {dict(labels)["stage"]: value for labels, value in counts.items()}
 
 
 def test_every_stage_of_an_acknowledged_append_is_timed(
