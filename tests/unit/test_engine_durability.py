@@ -11,6 +11,7 @@ import pytest
 from plateau.settings import StorageSettings
 from plateau.storage.engine import Engine
 from plateau.storage.manifest import SegmentRow
+from plateau.storage.recovery import read_open_file, seal_in_place
 from plateau.storage.retention import plan
 from plateau.storage.topic_config import RetentionConfig, TopicConfigRequest
 from plateau.storage.types import Index, SegmentId, Span
@@ -53,6 +54,32 @@ def test_torn_tail_is_cut_and_acknowledged_rows_survive(tmp_path, fmt: str) -> N
         assert got == list(range(100))
         assert e2.append("t", "0", rows(0, 1)).start == 100
         assert not list((tmp_path / "data/topics/t/0").glob("*.open.tmp"))
+    finally:
+        e2.close()
+
+
+def test_parquet_segment_sealed_in_place_before_a_failed_start_is_kept(tmp_path) -> None:
+    """A start on a full volume seals a parquet write-ahead file in place as ``.arrow``
+    (``seal_in_place``), then may fail committing the manifest row (SQLite out of space)
+    and retry with the ballast released. The retry must adopt the ``.arrow`` file: it once
+    found no ``.parquet`` and no ``.open``, dropped the row and deleted the acknowledged
+    rows as an orphan. The failed commit cannot be produced on demand, so the state it
+    leaves is made with the real ``seal_in_place`` on a crashed engine's open segment."""
+    settings = StorageSettings(data_dir=tmp_path / "data")
+    e = Engine(settings)
+    e.put_topic("t", TopicConfigRequest.model_validate({"segment": {"format": "parquet"}}))
+    e.append("t", "0", rows(0, 100))
+    e._closed.set()  # crash: no seal, no close
+    e._lock_file.close()
+    (open_path,) = (tmp_path / "data/topics/t/0").glob("*.open")
+    (row,) = e._manifest.open_segments()
+    _, _, valid_end = read_open_file(open_path)
+    seal_in_place(open_path, valid_end, row)  # ... and the row's commit never happened
+    e2 = Engine(settings)
+    try:
+        got = e2.read_partition("t", "0", 0, 1000).table.column("x").to_pylist()
+        assert got == list(range(100))
+        assert e2.append("t", "0", rows(0, 1)).start == 100
     finally:
         e2.close()
 

@@ -126,6 +126,12 @@ def _recover_open(data_dir: Path, manifest: Manifest, row: OpenRow) -> None:
     final = directory / sealed_name(row.first_index, row.id, row.format)
     table: pa.Table | None = None
     fmt = row.format
+    in_place = directory / sealed_name(row.first_index, row.id, "arrow")
+    if not open_path.exists() and not final.exists() and in_place.exists():
+        # An earlier start sealed this parquet segment in place on a full volume and
+        # then failed (SQLite out of space) before committing the row: adopt the
+        # ``.arrow`` file, or step 3 below would delete acknowledged rows as an orphan.
+        final, fmt = in_place, "arrow"
     if open_path.exists():
         schema, batches, valid_end = read_open_file(open_path)
         rows = sum(b.num_rows for b in batches)
@@ -142,7 +148,7 @@ def _recover_open(data_dir: Path, manifest: Manifest, row: OpenRow) -> None:
             log.warning("recovered %d rows of %s", rows, open_path)
     elif final.exists():
         try:
-            table = read_whole(final, row.format)
+            table = read_whole(final, fmt)
         except (pa.ArrowInvalid, OSError):
             log.exception("%s is unreadable; dropping it", final)
             final.unlink()
