@@ -55,6 +55,7 @@ from common import (
     system_busy_s,
     usage,
 )
+from readers import CLIENTS, Reply, open_reader
 
 TOPIC = "bench"
 STATUS_HEADER = "x-iteration-status"
@@ -109,40 +110,45 @@ def _rows_in(body: bytes) -> int:
     return sum(reader.get_batch(i).num_rows for i in range(reader.num_record_batches))
 
 
-def _check(r: httpx.Response) -> None:
-    if r.status_code != 200:
-        raise RuntimeError(f"{r.request.method} {r.request.url}: {r.status_code} {r.text[:300]}")
+def _check(r: Reply, what: str) -> None:
+    if r.status != 200:
+        raise RuntimeError(f"{what}: {r.status} {r.body[:300]!r}")
 
 
 def iterate_topic(
-    url: str, topic: str, page_size: int, deadline: float, headers: dict[str, str]
+    client: str, url: str, topic: str, page_size: int, deadline: float, headers: dict[str, str]
 ) -> tuple[ReadStats, bool]:
     """One cursor from the start until ``All``; True if it got there before ``deadline``."""
     stats = ReadStats()
     cursor: dict[str, int] = {}
-    with httpx.Client(base_url=url, timeout=60.0, headers=headers) as c:
+    reader = open_reader(client, url, headers)
+    try:
         while time.perf_counter() < deadline:
             sent = time.perf_counter()
-            r = c.post(
+            r = reader.request(
+                "POST",
                 f"/topic/{topic}/records",
-                params={"page_size": page_size},
-                content=json.dumps(cursor),
-                headers={"accept": ARROW_FILE, "content-type": "application/json"},
+                {"page_size": page_size},
+                json.dumps(cursor).encode(),
+                {"accept": ARROW_FILE, "content-type": "application/json"},
             )
-            _check(r)
-            rows = _rows_in(r.content)
+            _check(r, f"iterate {topic}")
+            rows = _rows_in(r.body)
             stats.latencies.append(time.perf_counter() - sent)
             stats.rows += rows
-            stats.body_bytes += len(r.content)
+            stats.body_bytes += len(r.body)
             stats.pages += 1
-            status = json.loads(r.headers[STATUS_HEADER])
+            status = json.loads(r.header(STATUS_HEADER) or "{}")
             cursor = {str(k): int(v) for k, v in status["next"].items()}
             if status["status"] == "All":
                 return stats, True
+    finally:
+        reader.close()
     return stats, False
 
 
 def read_partition(
+    client: str,
     url: str,
     topic: str,
     partition: str,
@@ -155,26 +161,31 @@ def read_partition(
 ) -> bool:
     """Pages of one partition from ``start`` to ``end``; True if done before ``deadline``."""
     pos = start
-    with httpx.Client(base_url=url, timeout=60.0, headers=headers) as c:
+    reader = open_reader(client, url, headers)
+    try:
         while pos < end:
             if time.perf_counter() >= deadline:
                 return False
             sent = time.perf_counter()
-            r = c.get(
+            r = reader.request(
+                "GET",
                 f"/topic/{topic}/partition/{partition}/records",
-                params={"start": pos, "page_size": page_size},
-                headers={"accept": ARROW_FILE},
+                {"start": pos, "page_size": page_size},
+                b"",
+                {"accept": ARROW_FILE},
             )
-            _check(r)
-            rows = _rows_in(r.content)
+            _check(r, f"read {topic}/{partition} at {pos}")
+            rows = _rows_in(r.body)
             stats.latencies.append(time.perf_counter() - sent)
             stats.rows += rows
-            stats.body_bytes += len(r.content)
+            stats.body_bytes += len(r.body)
             stats.pages += 1
-            span = json.loads(r.headers[STATUS_HEADER]).get("span")
+            span = json.loads(r.header(STATUS_HEADER) or "{}").get("span")
             if not span or rows == 0:
                 break
             pos = int(span["end"])
+    finally:
+        reader.close()
     return True
 
 
@@ -253,12 +264,19 @@ def fill(url: str, rows: int, partitions: int, compressible: bool, clients: int)
 
 def spans(url: str, topic: str, headers: dict[str, str]) -> dict[str, tuple[int, int]]:
     r = httpx.get(f"{url}/topic/{topic}", headers=headers, timeout=30.0)
-    _check(r)
+    if r.status_code != 200:
+        raise RuntimeError(f"GET /topic/{topic}: {r.status_code} {r.text[:300]}")
     return {p: (int(s["start"]), int(s["end"])) for p, s in r.json()["partitions"].items()}
 
 
 def read_all(
-    url: str, topic: str, pid: int | None, page_size: int, duration: float, token: str | None
+    client: str,
+    url: str,
+    topic: str,
+    pid: int | None,
+    page_size: int,
+    duration: float,
+    token: str | None,
 ) -> dict[str, Any]:
     headers = {"authorization": f"Bearer {token}"} if token else {}
     parts = spans(url, topic, headers)
@@ -267,7 +285,7 @@ def read_all(
 
     def topic_pass() -> tuple[list[ReadStats], bool]:
         stats, complete = iterate_topic(
-            url, topic, page_size, time.perf_counter() + duration, headers
+            client, url, topic, page_size, time.perf_counter() + duration, headers
         )
         return [stats], complete
 
@@ -275,7 +293,7 @@ def read_all(
         stats = ReadStats()
         deadline = time.perf_counter() + duration
         complete = all(
-            read_partition(url, topic, p, s, e, page_size, deadline, headers, stats)
+            read_partition(client, url, topic, p, s, e, page_size, deadline, headers, stats)
             for p, (s, e) in sorted(parts.items())
         )
         return [stats], complete
@@ -287,7 +305,9 @@ def read_all(
 
         def one(p: str) -> None:
             s, e = parts[p]
-            done[p] = read_partition(url, topic, p, s, e, page_size, deadline, headers, stats[p])
+            done[p] = read_partition(
+                client, url, topic, p, s, e, page_size, deadline, headers, stats[p]
+            )
 
         threads = [threading.Thread(target=one, args=(p,), daemon=True) for p in parts]
         for t in threads:
@@ -299,7 +319,9 @@ def read_all(
     it = measured("topic iteration", pid, topic_pass)
     seq = measured("partition reads, 1 reader", pid, partitions_sequential)
     par = measured(f"partition reads, {len(parts)} readers", pid, partitions_parallel)
+    again = measured("topic iteration again (page cache warm)", pid, topic_pass)
     return {
+        "client": client,
         "rows": total,
         "rows_per_s": round(it.rows_per_s),
         "partition_rows_per_s": round(seq.rows_per_s),
@@ -316,6 +338,9 @@ def read_all(
         "client_cpu_cores": round(it.client_cpu_s / it.elapsed_s, 2),
         "other_cpu_cores": round(it.other_cpu_s / it.elapsed_s, 2) if pid else None,
         "partition_node_cpu_cores": round(seq.node_cpu_s / seq.elapsed_s, 2) if pid else None,
+        "warm_rows_per_s": round(again.rows_per_s),
+        "warm_p99_ms": round(again.p99_ms, 1),
+        "warm_node_cpu_cores": round(again.node_cpu_s / again.elapsed_s, 2) if pid else None,
     }
 
 
@@ -333,6 +358,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="segment compression [the node's default]",
     )
     ap.add_argument("--page-size", type=int, default=10_000)
+    ap.add_argument(
+        "--client",
+        choices=CLIENTS,
+        default="stdlib",
+        help="reader HTTP client: stdlib (http.client, cheap) or httpx [stdlib]",
+    )
     ap.add_argument("--duration", type=float, default=20.0, help="max seconds per read pass [20]")
     ap.add_argument(
         "--no-restart",
@@ -350,7 +381,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
     if args.url:
-        result = read_all(args.url, args.topic, None, args.page_size, args.duration, args.token)
+        result = read_all(
+            args.client, args.url, args.topic, None, args.page_size, args.duration, args.token
+        )
         return {"format": None, "topic": args.topic, **result}
 
     data_dir, temp_root = make_data_dir(args.data_dir, "plateau-bench-read-")
@@ -379,7 +412,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             node.start()
         sampler = RssSampler(node.pid).start()
         try:
-            result = read_all(node.url, TOPIC, node.pid, args.page_size, args.duration, None)
+            result = read_all(
+                args.client, node.url, TOPIC, node.pid, args.page_size, args.duration, None
+            )
         finally:
             sampler.stop()
         result["peak_rss_mb"] = round(sampler.peak_mb, 1)
