@@ -106,6 +106,12 @@ class ServerSettings(BaseModel):
     max_request_bytes: int = Field(
         default=32 * MiB, gt=0, description="Larger append bodies get 413 with x-max-request-size."
     )
+    max_inflight_bytes: int = Field(
+        default=128 * MiB,
+        gt=0,
+        description="Append bodies held in memory at once, over all clients; an append that "
+        "would pass it gets 429 with Retry-After (a lone append is always taken).",
+    )
     max_page_bytes: int = Field(
         default=16 * MiB, gt=0, description="A read reply stops (ByteLimited) past this size."
     )

@@ -189,12 +189,13 @@ async def append(request: Request, topic: str, partition: str) -> Response:
         check_name("partition", partition)
         media = append_media_type(request.headers.get("content-type"))
         started = time.perf_counter()
-        body = await read_body(request, state.settings.server.max_request_bytes)
-        received = time.perf_counter()
-        _STAGE_BODY.observe(received - started)
-        span = await run_in_threadpool(
-            _append, state.engine, topic, partition, media, body, received
-        )
+        async with state.bodies.hold() as held:
+            body = await read_body(request, state.settings.server.max_request_bytes, held)
+            received = time.perf_counter()
+            _STAGE_BODY.observe(received - started)
+            span = await run_in_threadpool(
+                _append, state.engine, topic, partition, media, body, received
+            )
     except PlateauError as exc:
         reason = _rejection_reason(exc)
         if reason is not None:
