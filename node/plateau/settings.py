@@ -86,6 +86,12 @@ class StorageSettings(BaseModel):
         "(open segments are served from memory, write-ahead files are read only by recovery). "
         "Set false on hosts with memory to spare when readers often read freshly sealed segments.",
     )
+    drop_read_pages: bool = Field(
+        default=True,
+        description="After decoding part of a sealed arrow segment for a reader, advise the "
+        "kernel to drop those pages (the decoded copy is cached in read_cache_bytes). Set false "
+        "when several readers re-read the same history and the host has memory to spare.",
+    )
     read_cache_bytes: int = Field(
         default=64 * MiB,
         ge=0,

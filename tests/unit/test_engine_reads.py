@@ -171,6 +171,34 @@ def test_opening_a_cold_arrow_segment_reads_little_of_it(tmp_path: Path) -> None
         reader.close()
 
 
+@pytest.mark.parametrize("drop", [True, False])
+def test_a_history_scan_leaves_the_page_cache_as_it_found_it(tmp_path: Path, drop: bool) -> None:
+    """Read once, decoded, dropped: a scan of old arrow segments leaves no pages behind."""
+    fmt = "arrow"
+    values = pa.Array.from_buffers(pa.binary(100), 10_000, [None, pa.py_buffer(os.urandom(10**6))])
+    batch = pa.table({"x": pa.array(range(10_000), pa.int64()), "v": values})
+    path = tmp_path / f"seg.{fmt}"
+    table = pa.concat_tables([batch] * 16)
+    write_sealed(path, table, fmt, "lz4")
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+    pages = (path.stat().st_size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    reader = SegmentReader(path, fmt, DecodedCache(4 << 20), drop_pages=drop)
+    try:
+        got = [reader.read(start, 10_000) for start in range(0, reader.rows, 10_000)]
+        assert pa.concat_tables(got).column("x").equals(table.column("x"))
+        resident = _resident_pages(path)
+    finally:
+        reader.close()
+    if drop:
+        assert resident < pages // 8, (resident, pages)
+    else:
+        assert resident > pages // 2, (resident, pages)
+
+
 def test_parquet_dictionaries_only_for_columns_whose_values_repeat(tmp_path: Path) -> None:
     n = 20_000
     table = pa.table(

@@ -71,7 +71,11 @@ class Engine:
         (self.data_dir / "topics").mkdir(parents=True, exist_ok=True)
         self._lock_file = _lock_data_dir(self.data_dir)
         self._ballast = Ballast(self.data_dir / BALLAST, settings.ballast_bytes)
-        self._cache = ReaderCache(decoded_bytes=settings.read_cache_bytes)
+        self._cache = ReaderCache(
+            decoded_bytes=settings.read_cache_bytes,
+            # without a decoded cache, the next page would read the dropped pages again
+            drop_pages=settings.drop_read_pages and settings.read_cache_bytes > 0,
+        )
         self._snapshot = SnapshotWriter(self.data_dir)
         self._sealer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sealer")
         self._lock = threading.RLock()
