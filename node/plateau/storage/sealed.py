@@ -290,11 +290,17 @@ class SegmentReader:
                 os.posix_fadvise(self._fd, begin, end - begin, os.POSIX_FADV_WILLNEED)
 
     def close(self) -> None:
-        self._cache.drop(self._key)
-        if self._source is not None:
-            self._source.close()
-        with contextlib.suppress(OSError):
-            os.close(self._fd)
+        """Close the files under the lock, so that no decode is reading them meanwhile.
+
+        (A pread racing a close could otherwise read a descriptor number that
+        another file reopened in between.)
+        """
+        with self._lock:
+            self._cache.drop(self._key)
+            if self._source is not None:
+                self._source.close()
+            with contextlib.suppress(OSError):
+                os.close(self._fd)
 
 
 def _batch_rows(path: Path) -> list[int]:
