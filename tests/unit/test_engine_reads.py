@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import ctypes.util
+import gc
 import mmap
 import os
 from pathlib import Path
@@ -14,9 +16,9 @@ import pytest
 
 from plateau.storage.engine import Engine
 from plateau.storage.files import PageDropper
-from plateau.storage.sealed import DecodedCache, SegmentReader, write_sealed
+from plateau.storage.sealed import DecodedCache, ReaderCache, SegmentReader, write_sealed
 from plateau.storage.topic_config import TopicConfigRequest
-from plateau.storage.types import Order, RecordStatus, Span
+from plateau.storage.types import Order, RecordStatus, SegmentId, Span
 from tests.unit.conftest import EngineFactory, append_retrying, wait_for
 
 
@@ -197,6 +199,43 @@ def test_a_history_scan_leaves_the_page_cache_as_it_found_it(tmp_path: Path, dro
         assert resident < pages // 8, (resident, pages)
     else:
         assert resident > pages // 2, (resident, pages)
+
+
+def _descriptors_of(path: Path) -> int:
+    count = 0
+    for fd in Path("/proc/self/fd").iterdir():
+        with contextlib.suppress(OSError):  # a descriptor closed while we look
+            count += fd.readlink() == path
+    return count
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
+def test_an_evicted_reader_releases_its_file(tmp_path: Path, fmt: str) -> None:
+    """Retention evicts a deleted segment's reader without closing it (a read may be in flight):
+    once the last reference goes, no descriptor may keep the deleted file's space in use."""
+    path = tmp_path / f"seg.{fmt}"
+    write_sealed(path, rows(0, 1000), fmt, "lz4")
+    cache = ReaderCache()
+    try:
+        reader = cache.get(SegmentId(1), path, fmt)
+        assert reader.read(0, 3).column("x").to_pylist() == [0, 1, 2]
+        assert _descriptors_of(path) >= 1
+        cache.evict(SegmentId(1))
+        del reader
+        gc.collect()
+        assert _descriptors_of(path) == 0
+    finally:
+        cache.close()
+
+
+def test_closing_the_cache_closes_its_readers(tmp_path: Path) -> None:
+    path = tmp_path / "seg.arrow"
+    write_sealed(path, rows(0, 1000), "arrow", "lz4")
+    cache = ReaderCache()
+    reader = cache.get(SegmentId(1), path, "arrow")
+    reader.read(0, 10)
+    cache.close()
+    assert _descriptors_of(path) == 0
 
 
 def test_parquet_dictionaries_only_for_columns_whose_values_repeat(tmp_path: Path) -> None:

@@ -148,6 +148,7 @@ class Engine:
             except Exception:
                 log.exception("closing %s/%s failed; recovery will finish it", p.topic, p.name)
         self._sealer.shutdown(wait=True)
+        self._cache.close()
         self._publish_snapshot()
         self._manifest.close()
         self._lock_file.close()
