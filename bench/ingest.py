@@ -21,10 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from clients import CLIENTS, Reply, TransportError, open_client
 from common import (
     ARROW_FILE,
     GiB,
@@ -121,14 +120,15 @@ class Phase:
         )
 
 
-def _retry_after(response: httpx.Response) -> float:
+def _retry_after(response: Reply) -> float:
     try:
-        return float(response.headers.get("retry-after", "0.1"))
+        return float(response.header("retry-after") or "0.1")
     except ValueError:
         return 0.1
 
 
 def _client_loop(
+    kind: str,
     index: int,
     clients: int,
     url: str,
@@ -144,7 +144,8 @@ def _client_loop(
     """One writer: closed loop (next request when the last is answered) or open loop."""
     headers = {"content-type": ARROW_FILE}
     paths = [f"/topic/{TOPIC}/partition/{p}" for p in range(partitions)]
-    with httpx.Client(base_url=url, timeout=60.0) as client:
+    client = open_client(kind, url)
+    try:
         k = 0
         # open loop: clients are staggered evenly over one interval
         scheduled = start_at + (interval * index / clients if interval else 0.0)
@@ -171,22 +172,22 @@ def _client_loop(
             path = paths[part]
             sent = time.perf_counter()
             try:
-                r = client.post(path, content=body, headers=headers)
-            except httpx.HTTPError as exc:
+                r = client.request("POST", path, {}, body, headers)
+            except TransportError as exc:
                 stats.errors += 1
-                stats.first_error = stats.first_error or f"{type(exc).__name__}: {exc}"
+                stats.first_error = stats.first_error or str(exc)
                 time.sleep(0.1)
                 continue
             done = time.perf_counter()
             stats.requests += 1
             stats.last_done = done
-            if r.status_code == 200:
+            if r.status == 200:
                 stats.rows += rows_per_body
                 stats.latencies.append(done - intended)
                 if done - intended > SLOW_S:
                     stats.slow.append((intended, done - intended))
                 stats.service.append(done - sent)
-            elif r.status_code == 429:
+            elif r.status == 429:
                 stats.rejected_429 += 1
                 if interval is None:
                     # honour Retry-After briefly: a real client backs off, but a 1 s
@@ -194,8 +195,10 @@ def _client_loop(
                     time.sleep(min(_retry_after(r), 0.1))
             else:
                 stats.errors += 1
-                stats.first_error = stats.first_error or f"HTTP {r.status_code}: {r.text[:300]}"
+                stats.first_error = stats.first_error or f"HTTP {r.status}: {r.body[:300]!r}"
                 time.sleep(0.1)
+    finally:
+        client.close()
 
 
 def _stalls(slow: list[tuple[float, float]], start_at: float) -> str:
@@ -213,6 +216,7 @@ def _stalls(slow: list[tuple[float, float]], start_at: float) -> str:
 
 def run_phase(
     name: str,
+    client: str,
     fmt: str,
     url: str,
     node_pid: int,
@@ -231,7 +235,18 @@ def run_phase(
     threads = [
         threading.Thread(
             target=_client_loop,
-            args=(i, clients, url, bodies, rows_per_body, partitions, start_at, deadline, interval),
+            args=(
+                client,
+                i,
+                clients,
+                url,
+                bodies,
+                rows_per_body,
+                partitions,
+                start_at,
+                deadline,
+                interval,
+            ),
             kwargs={"sequences": sequences, "stats": stats[i]},
             name=f"writer-{i}",
             daemon=True,
@@ -306,6 +321,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--compressible", action="store_true", help="text-like values")
     ap.add_argument("--duration", type=float, default=20.0, help="seconds per phase [20]")
     ap.add_argument("--clients", type=int, default=4, help="writer threads [4]")
+    ap.add_argument(
+        "--client",
+        choices=CLIENTS,
+        default="stdlib",
+        help="writers' HTTP client: stdlib (http.client, cheap) or httpx [stdlib]",
+    )
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--rows-per-batch", type=int, default=10_000)
     ap.add_argument("--rate", type=float, default=None, help="open-loop target rows/s")
@@ -396,6 +417,7 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         phases.append(
             run_phase(
                 "unlimited" if args.rate is None else "rate",
+                args.client,
                 args.format,
                 node.url,
                 node.pid,
@@ -412,6 +434,7 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
             phases.append(
                 run_phase(
                     "half-rate",
+                    args.client,
                     args.format,
                     node.url,
                     node.pid,
@@ -460,6 +483,7 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         "compression": seg.get("compression"),
         "duration": args.duration,
         "clients": args.clients,
+        "client": args.client,
         "partitions": args.partitions,
         "rows_per_batch": args.rows_per_batch,
         "rows": main_phase.rows,

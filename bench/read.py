@@ -36,6 +36,7 @@ import pyarrow.ipc as ipc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from clients import CLIENTS, Reply, open_client
 from common import (
     ARROW_FILE,
     GiB,
@@ -55,7 +56,6 @@ from common import (
     system_busy_s,
     usage,
 )
-from readers import CLIENTS, Reply, open_reader
 
 TOPIC = "bench"
 STATUS_HEADER = "x-iteration-status"
@@ -121,7 +121,7 @@ def iterate_topic(
     """One cursor from the start until ``All``; True if it got there before ``deadline``."""
     stats = ReadStats()
     cursor: dict[str, int] = {}
-    reader = open_reader(client, url, headers)
+    reader = open_client(client, url, headers)
     try:
         while time.perf_counter() < deadline:
             sent = time.perf_counter()
@@ -161,7 +161,7 @@ def read_partition(
 ) -> bool:
     """Pages of one partition from ``start`` to ``end``; True if done before ``deadline``."""
     pos = start
-    reader = open_reader(client, url, headers)
+    reader = open_client(client, url, headers)
     try:
         while pos < end:
             if time.perf_counter() >= deadline:

@@ -1,15 +1,16 @@
-"""The read benchmark's HTTP clients: one keep-alive connection per reader thread.
+"""The benchmarks' HTTP clients: one keep-alive connection per writer or reader thread.
 
-Why two: the benchmark measures how fast the *node* serves pages, and its
-client shares the machine's two cores with the node. httpx (what
-``plateau.client`` uses) spends about 1.4 ms of CPU on each 1.28 MB reply
-(h11 parses the body in 64 KiB pieces and the body is joined several times),
-about as much as the node spends serving it; a single sequential reader then
-waits on its own parsing half the time and the figure measures the client.
-The standard library's ``http.client`` reads a Content-Length body with one
-buffered ``read`` in C, at about 0.35 ms a page, so the default ``stdlib``
-client leaves the node as the bottleneck. ``--client httpx`` shows what a
-Python reader built on httpx gets.
+Why two: the benchmarks measure the *node*, and their clients share the
+machine's two cores with it. httpx (what ``plateau.client`` uses) spends
+about 1.4 ms of CPU on each 1.28 MB reply (h11 parses the body in 64 KiB
+pieces and the body is joined several times), about as much as the node
+spends serving it, and about 1.2 ms on each 1.28 MB append; a single
+sequential reader then waits on its own parsing half the time, and writers
+take CPU the node needs. The standard library's ``http.client`` reads a
+Content-Length body with one buffered ``read`` in C (about 0.35 ms a page)
+and sends a body with one ``sendall``, so the default ``stdlib`` client
+leaves the node as the bottleneck. ``--client httpx`` shows what Python
+clients built on httpx get.
 """
 
 from __future__ import annotations
@@ -40,7 +41,11 @@ class _Reply:
         return self._headers.get(name.lower())
 
 
-class Reader(Protocol):
+class TransportError(Exception):
+    """The request did not get an HTTP reply (connection refused, reset, timed out)."""
+
+
+class Client(Protocol):
     def request(
         self, method: str, path: str, params: dict[str, int], body: bytes, headers: dict[str, str]
     ) -> Reply: ...
@@ -48,13 +53,13 @@ class Reader(Protocol):
     def close(self) -> None: ...
 
 
-class StdlibReader:
+class StdlibClient:
     """``http.client`` on one persistent connection (reopened if the node closed it)."""
 
     def __init__(self, url: str, headers: dict[str, str], timeout: float = 60.0) -> None:
         parts = urlsplit(url)
         if parts.scheme != "http" or parts.hostname is None:
-            raise ValueError(f"the stdlib reader speaks plain http only, not {url!r}")
+            raise ValueError(f"the stdlib client speaks plain http only, not {url!r}")
         self._conn = http.client.HTTPConnection(parts.hostname, parts.port or 80, timeout=timeout)
         self._headers = headers
 
@@ -62,32 +67,41 @@ class StdlibReader:
         self, method: str, path: str, params: dict[str, int], body: bytes, headers: dict[str, str]
     ) -> Reply:
         target = f"{path}?{urlencode(params)}" if params else path
-        self._conn.request(method, target, body=body or None, headers=self._headers | headers)
-        response = self._conn.getresponse()
-        data = response.read()
+        try:
+            self._conn.request(method, target, body=body or None, headers=self._headers | headers)
+            response = self._conn.getresponse()
+            data = response.read()
+        except (OSError, http.client.HTTPException) as exc:
+            self._conn.close()  # the next request reconnects
+            raise TransportError(f"{type(exc).__name__}: {exc}") from exc
         return _Reply(response.status, {k.lower(): v for k, v in response.getheaders()}, data)
 
     def close(self) -> None:
         self._conn.close()
 
 
-class HttpxReader:
+class HttpxClient:
     def __init__(self, url: str, headers: dict[str, str], timeout: float = 60.0) -> None:
         self._client = httpx.Client(base_url=url, timeout=timeout, headers=headers)
 
     def request(
         self, method: str, path: str, params: dict[str, int], body: bytes, headers: dict[str, str]
     ) -> Reply:
-        r = self._client.request(method, path, params=params, content=body or None, headers=headers)
+        try:
+            r = self._client.request(
+                method, path, params=params, content=body or None, headers=headers
+            )
+        except httpx.HTTPError as exc:
+            raise TransportError(f"{type(exc).__name__}: {exc}") from exc
         return _Reply(r.status_code, {k.lower(): v for k, v in r.headers.items()}, r.content)
 
     def close(self) -> None:
         self._client.close()
 
 
-def open_reader(kind: str, url: str, headers: dict[str, str]) -> Reader:
+def open_client(kind: str, url: str, headers: dict[str, str] | None = None) -> Client:
     if kind == "stdlib":
-        return StdlibReader(url, headers)
+        return StdlibClient(url, headers or {})
     if kind == "httpx":
-        return HttpxReader(url, headers)
+        return HttpxClient(url, headers or {})
     raise ValueError(f"unknown client {kind!r}; use one of {', '.join(CLIENTS)}")
