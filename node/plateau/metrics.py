@@ -46,3 +46,8 @@ APPEND_STAGE_SECONDS = Histogram(
 )
 """Why per stage: a slow p99 alone does not say whether the client, the event loop,
 the thread pool, lock contention or the disk held an append up."""
+PAGES_AHEAD = Counter(
+    "plateau_iterate_pages_ahead_total",
+    "Topic pages prepared ahead (prepared: ready), served from that (used), or not (expired)",
+    ["outcome"],
+)

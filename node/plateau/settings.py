@@ -118,6 +118,12 @@ class ServerSettings(BaseModel):
         description="Append bodies held in memory at once, over all clients; an append that "
         "would pass it gets 429 with Retry-After (a lone append is always taken).",
     )
+    iterate_ahead: bool = Field(
+        default=True,
+        description="After a topic page that has more to read, prepare the page for its next "
+        "cursor in the background; it is used if asked for within 2 s (it may lag the topic by "
+        "that much, never at the end of the iteration).",
+    )
     max_page_bytes: int = Field(
         default=16 * MiB, gt=0, description="A read reply stops (ByteLimited) past this size."
     )

@@ -43,6 +43,7 @@ def create_app(settings: NodeSettings, engine: Engine, *, close_engine: bool = T
             yield
         finally:
             state.ready = False
+            await run_in_threadpool(state.pages.close)
             if close_engine and not state.engine_closed:
                 state.engine_closed = True
                 await run_in_threadpool(engine.close)

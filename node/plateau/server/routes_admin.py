@@ -65,8 +65,9 @@ def parse_config_request(body: bytes) -> TopicConfigRequest:
 async def put_topic(request: Request, topic: str) -> Response:
     check_name("topic", topic)
     config_request = parse_config_request(await read_body(request, MAX_CONFIG_BYTES))
-    engine = node_state(request).engine
-    config, created = await run_in_threadpool(engine.put_topic, topic, config_request)
+    state = node_state(request)
+    config, created = await run_in_threadpool(state.engine.put_topic, topic, config_request)
+    state.pages.forget(topic)  # pages prepared ahead under the old config
     return json_reply(config.model_dump(mode="json"), 201 if created else 200)
 
 
@@ -108,7 +109,9 @@ def _topic_status(engine: Engine, topic: str) -> dict[str, Any]:
 )
 async def delete_topic(request: Request, topic: str) -> Response:
     check_name("topic", topic)
-    await run_in_threadpool(node_state(request).engine.delete_topic, topic)
+    state = node_state(request)
+    await run_in_threadpool(state.engine.delete_topic, topic)
+    state.pages.forget(topic)
     return Response(status_code=204)
 
 

@@ -41,12 +41,13 @@ from plateau.server.models import (
     TopicRecords,
     Topics,
 )
+from plateau.server.page_ahead import ITERATION_STATUS_HEADER, PageRequest, topic_page
 from plateau.server.params import parse_cursor, partition_filter, time_range
 from plateau.server.state import node_state
 from plateau.storage.engine import Engine
 from plateau.storage.errors import PlateauError
 from plateau.storage.names import check_name
-from plateau.storage.types import Order, PartitionRead, Span, TimeRange, TopicRead
+from plateau.storage.types import Order, PartitionRead, Span, TimeRange
 
 _STAGE_BODY = APPEND_STAGE_SECONDS.labels(stage="body")
 _STAGE_QUEUE = APPEND_STAGE_SECONDS.labels(stage="queue")
@@ -54,7 +55,6 @@ _STAGE_DECODE = APPEND_STAGE_SECONDS.labels(stage="decode")
 
 router = APIRouter(tags=["data"])
 
-ITERATION_STATUS_HEADER = "x-iteration-status"
 MAX_CURSOR_BYTES = 1024 * 1024
 
 PageSize = Annotated[int, Query(ge=1, le=10_000, description="Records per reply (at most 10000).")]
@@ -250,9 +250,7 @@ async def iterate_topic(
     selected = partition_filter(partition_filter_plain, partition_filter_brackets)
     cursor = parse_cursor(await read_body(request, MAX_CURSOR_BYTES))
     state = node_state(request)
-    return await run_in_threadpool(
-        _iterate_topic,
-        state.engine,
+    page_request = PageRequest.of(
         topic,
         cursor,
         page_size,
@@ -262,30 +260,11 @@ async def iterate_topic(
         state.settings.server.max_page_bytes,
         reply_media_type(accept),
     )
-
-
-def _iterate_topic(
-    engine: Engine,
-    topic: str,
-    cursor: dict[str, int],
-    limit: int,
-    order: Order,
-    times: TimeRange | None,
-    selected: list[str] | None,
-    max_bytes: int,
-    media: str,
-) -> Response:
-    result: TopicRead = engine.iterate_topic(
-        topic, cursor, limit, order, times, selected, max_bytes
-    )
-    status = json.dumps({"status": str(result.status), "next": result.next})
-    headers = {ITERATION_STATUS_HEADER: status}
-    if media == JSON:
-        rows = table_rows(result.table)
-        reply = {"records": rows, "status": str(result.status), "next": result.next}
-        return json_reply(reply, headers=headers)
-    body = encode_arrow(result.table, media, {"status": status})
-    return Response(body, headers=headers, media_type=media)
+    page = await state.pages.take(page_request)
+    if page is None:
+        page = await run_in_threadpool(topic_page, state.engine, page_request)
+    state.pages.prepare_next(page_request, page)
+    return page.response()
 
 
 @router.get(

@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from starlette.requests import Request
 
 from plateau.server.inflight import BodyBudget
+from plateau.server.page_ahead import PageAhead
 from plateau.settings import NodeSettings
 from plateau.storage.engine import Engine
 
@@ -20,9 +21,11 @@ class NodeState:
     write_tokens: list[bytes] = field(default_factory=list)
     read_tokens: list[bytes] = field(default_factory=list)
     bodies: BodyBudget = field(init=False)
+    pages: PageAhead = field(init=False)
 
     def __post_init__(self) -> None:
         self.bodies = BodyBudget(self.settings.server.max_inflight_bytes)
+        self.pages = PageAhead(self.engine, self.settings.server.iterate_ahead)
         auth = self.settings.auth
         token = auth.token.get_secret_value().encode() if auth.token else None
         read = auth.read_token.get_secret_value().encode() if auth.read_token else None
