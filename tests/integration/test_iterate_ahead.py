@@ -72,6 +72,19 @@ def test_pages_prepared_ahead_are_used_and_every_row_comes_once(node: NodeProces
         assert pages_ahead(node, "used") - before >= 10  # 15 pages: most came prepared
 
 
+def test_the_next_two_pages_are_kept_ready(node: NodeProcess) -> None:
+    with node.client() as c:
+        fill(c, 2000)
+        prepared = pages_ahead(node, "prepared")
+        iterate(c, "t", {}, 400)
+        deadline = time.monotonic() + 10
+        while pages_ahead(node, "prepared") < prepared + 2:
+            assert time.monotonic() < deadline, "the page after next was not prepared"
+            time.sleep(0.01)
+        time.sleep(0.2)
+        assert pages_ahead(node, "prepared") == prepared + 2  # and no further
+
+
 def test_rows_appended_after_a_page_was_prepared_are_still_read(node: NodeProcess) -> None:
     """A prepared page shows the topic as it was; the cursor still reaches every later row."""
     with node.client() as c:

@@ -4,8 +4,9 @@ Why: a reader iterating a topic sends the cursor from one reply to get the
 next, so reading the segments and encoding the reply (about half of the
 node's time per page) sits between every two requests, and with one reader
 the node's second core stays idle. After a page that has more to read, the
-page for its ``next`` cursor is prepared on one background thread; when that
-request comes, the reply is there (or is awaited, never computed twice).
+pages for its ``next`` cursor and the one after it are prepared on
+one background thread; when those requests come, the reply is there (or is
+awaited, never computed twice).
 
 What a reader may notice: a page prepared ahead shows the topic as it was up
 to ``MAX_AGE_SECONDS`` before the request. That is only ever a full page
@@ -103,6 +104,7 @@ class Page:
     media: str
     status: RecordStatus
     next: dict[str, int]
+    request: PageRequest
     made: float = field(default_factory=time.monotonic)
 
     def response(self) -> Response:
@@ -138,22 +140,43 @@ class PageAhead:
         return page
 
     def prepare_next(self, request: PageRequest, page: Page) -> None:
-        """After ``page`` was served for ``request``, prepare the page its cursor leads to."""
+        """After ``page`` was served for ``request``, keep the next two pages of its cursor ready.
+
+        The next page is queued now; the one after it as soon as the next is
+        ready (its cursor is known only then), so the worker never waits for
+        the reader to ask.
+        """
         if self._worker is None or page.status == RecordStatus.ALL:
             return
-        following = request.after(page.next)
+        future = self._queue(request.after(page.next))
+        if future is not None:
+            # outside the lock: a callback on a finished future runs at once, in this thread
+            future.add_done_callback(self._queue_after)
+
+    def _queue_after(self, done: Future[Page]) -> None:
+        if done.cancelled() or done.exception() is not None:
+            return
+        page = done.result()
+        if page.status != RecordStatus.ALL:
+            self._queue(page.request.after(page.next))
+
+    def _queue(self, request: PageRequest) -> Future[Page] | None:
+        """The future of ``request``'s page, queued now unless it already is."""
+        assert self._worker is not None
         with self._lock:
-            if following in self._pages:
-                return
+            future = self._pages.get(request)
+            if future is not None:
+                return future
             try:
-                future = self._worker.submit(topic_page, self._engine, following)
+                future = self._worker.submit(topic_page, self._engine, request)
             except RuntimeError:  # shut down: the node is stopping
-                return
-            future.add_done_callback(_count_prepared)
-            self._pages[following] = future
+                return None
+            self._pages[request] = future
             while len(self._pages) > MAX_PAGES:
                 self._pages.popitem(last=False)
                 _EXPIRED.inc()
+        future.add_done_callback(_count_prepared)
+        return future
 
     def forget(self, topic: str) -> None:
         """Drop the pages of ``topic`` (deleted or reconfigured)."""
@@ -194,4 +217,4 @@ def topic_page(engine: Engine, request: PageRequest) -> Page:
         body = dumps(reply)
     else:
         body = encode_arrow(result.table, request.media, {"status": status})
-    return Page(body, headers, request.media, result.status, result.next)
+    return Page(body, headers, request.media, result.status, result.next, request)
