@@ -51,3 +51,9 @@ PAGES_AHEAD = Counter(
     "Topic pages prepared ahead (prepared: ready), served from that (used), or not (expired)",
     ["outcome"],
 )
+READ_CHUNKS = Counter(
+    "plateau_read_chunks_decoded_total",
+    "Row groups (parquet) or batches (arrow) of sealed segments decoded for readers: ahead "
+    "(in the background, before a read asked) or on demand (a read waited for it)",
+    ["how"],
+)

@@ -88,15 +88,23 @@ class StorageSettings(BaseModel):
     )
     drop_read_pages: bool = Field(
         default=True,
-        description="After decoding part of a sealed arrow segment for a reader, advise the "
+        description="After decoding part of a sealed segment for a reader, advise the "
         "kernel to drop those pages (the decoded copy is cached in read_cache_bytes). Set false "
         "when several readers re-read the same history and the host has memory to spare.",
     )
     read_cache_bytes: int = Field(
-        default=64 * MiB,
+        default=128 * MiB,
         ge=0,
         description="Memory for decoded row groups and batches of sealed segments, so a page "
-        "that takes part of one does not decode it again.",
+        "that takes part of one does not decode it again; it also holds what is decoded "
+        "ahead. Give it at least 3 parquet row groups (about 8 MiB each for 128-byte rows) "
+        "per partition read at once.",
+    )
+    decode_ahead: bool = Field(
+        default=True,
+        description="Decode the next row groups or batches of a sealed segment (and the first "
+        "of the next segment) on a background thread while a reader goes forward through "
+        "history, so that its pages do not wait for decoding. Needs read_cache_bytes.",
     )
     auto_create_topics: bool = Field(
         default=True, description="Create a topic with the defaults on its first append."

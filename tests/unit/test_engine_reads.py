@@ -13,10 +13,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from prometheus_client import REGISTRY
 
 from plateau.storage.engine import Engine
 from plateau.storage.files import PageDropper
-from plateau.storage.sealed import DecodedCache, ReaderCache, SegmentReader, write_sealed
+from plateau.storage.sealed import write_sealed
+from plateau.storage.sealed_reader import DecodedCache, ReaderCache, SegmentReader
 from plateau.storage.topic_config import TopicConfigRequest
 from plateau.storage.types import Order, RecordStatus, SegmentId, Span
 from tests.unit.conftest import EngineFactory, append_retrying, wait_for
@@ -102,15 +104,62 @@ def test_descending_pages_stop_at_a_schema_change_between_sealed_segments(
 def test_decoded_cache_keeps_within_its_budget_least_recent_out() -> None:
     table = pa.table({"v": pa.array(range(1000), pa.int64())})  # 8000 bytes
     cache = DecodedCache(20_000)
-    cache.put("a", 0, 1, table)
-    cache.put("b", 0, 0, table)
-    assert cache.get("a", 1, 1) is not None  # a run covering the request is reused
-    assert cache.get("a", 1, 2) is None  # one it does not cover is not
-    cache.put("c", 3, 3, table)  # over budget: "b", least recently used, goes
-    assert cache.get("b", 0, 0) is None
-    assert cache.get("a", 0, 0) is not None and cache.get("c", 3, 3) is not None
-    cache.put("big", 0, 0, pa.concat_tables([table] * 3))  # larger than the budget: not kept
-    assert cache.get("big", 0, 0) is None and cache.get("c", 3, 3) is not None
+    cache.put("a", 0, table)
+    cache.put("b", 0, table)
+    assert cache.get("a", 0) is not None  # "a" is now the most recently used
+    assert cache.get("a", 1) is None  # another chunk of the same segment is not cached
+    cache.put("c", 3, table)  # over budget: "b", least recently used, goes
+    assert cache.get("b", 0) is None
+    assert cache.get("a", 0) is not None and cache.get("c", 3) is not None
+    cache.put("big", 0, pa.concat_tables([table] * 3))  # larger than the budget: not kept
+    assert cache.get("big", 0) is None and cache.get("c", 3) is not None
+    cache.put("c", 4, table.slice(0, 100))  # 800 bytes: fits beside "a" and "c"/3
+    cache.drop("c")  # a closed or deleted segment: all its chunks go
+    assert cache.get("c", 3) is None and cache.get("c", 4) is None
+    assert cache.get("a", 0) is not None
+
+
+def _chunks_decoded(how: str) -> float:
+    return float(REGISTRY.get_sample_value("plateau_read_chunks_decoded_total", {"how": how}) or 0)
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
+def test_a_forward_read_finds_the_next_chunks_decoded_ahead(tmp_path: Path, fmt: str) -> None:
+    """Reading forward, the chunks past the one read are decoded in the background, and
+    reading them then decodes nothing on demand; the rows are the same either way."""
+    batch = rows(0, 70_000)  # parquet: two row groups of 65,536 and 4,464 rows
+    table = pa.concat_tables([batch, rows(70_000, 140_000)])
+    path = tmp_path / f"seg.{fmt}"
+    write_sealed(path, table, fmt, "lz4")
+    cache = ReaderCache(decoded_bytes=64 << 20)
+    try:
+        reader = cache.get(SegmentId(1), path, fmt)
+        assert reader.chunks >= 2
+        assert reader.read(0, 10).column("x").to_pylist() == list(range(10))
+        wait_for(lambda: all((reader.key, c) in cache._decoded for c in range(reader.chunks)))
+        demand = _chunks_decoded("demand")
+        got = reader.read(10, table.num_rows)
+        assert got.column("x").equals(table.column("x").slice(10))
+        assert _chunks_decoded("demand") == demand
+    finally:
+        cache.close()
+
+
+def test_reaching_a_segments_last_chunk_opens_and_decodes_the_next_segment(
+    make_engine: EngineFactory,
+) -> None:
+    e = make_engine()
+    e.put_topic("t", TopicConfigRequest.model_validate({"segment": {"max_rows": 1000}}))
+    for i in range(3):
+        append_retrying(e, "t", "0", rows(i * 1000, (i + 1) * 1000))
+    wait_for(lambda: len(e._topics["t"].partitions["0"].view().sealed) >= 2)
+    demand, ahead = _chunks_decoded("demand"), _chunks_decoded("ahead")
+    result = e.read_partition("t", "0", 0, 10)  # the first segment's one and last chunk
+    assert result.span == Span(0, 10)
+    wait_for(lambda: _chunks_decoded("ahead") >= ahead + 1)
+    got = e.read_partition("t", "0", 1000, 10)  # the second segment: decoded ahead
+    assert got.table.column("x").to_pylist() == list(range(1000, 1010))
+    assert _chunks_decoded("demand") == demand + 1  # only the very first chunk waited
 
 
 def _resident_pages(path: Path) -> int:

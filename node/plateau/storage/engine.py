@@ -32,7 +32,7 @@ from plateau.storage.manifest import Manifest, SegmentRow
 from plateau.storage.names import check_name
 from plateau.storage.partition import Partition
 from plateau.storage.recovery import recover
-from plateau.storage.sealed import ReaderCache
+from plateau.storage.sealed_reader import ReaderCache
 from plateau.storage.snapshot import SnapshotWriter
 from plateau.storage.topic_config import TopicConfig, TopicConfigRequest
 from plateau.storage.types import (
@@ -75,6 +75,7 @@ class Engine:
             decoded_bytes=settings.read_cache_bytes,
             # without a decoded cache, the next page would read the dropped pages again
             drop_pages=settings.drop_read_pages and settings.read_cache_bytes > 0,
+            decode_ahead=settings.decode_ahead,
         )
         self._snapshot = SnapshotWriter(self.data_dir)
         self._sealer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sealer")

@@ -8,8 +8,9 @@ schema (plateau's contract).
 from __future__ import annotations
 
 import bisect
+import functools
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -18,7 +19,7 @@ import pyarrow.compute as pc
 from plateau.storage.errors import InvalidInput
 from plateau.storage.manifest import SegmentRow
 from plateau.storage.partition import PartitionView
-from plateau.storage.sealed import ReaderCache
+from plateau.storage.sealed_reader import ReaderCache, SegmentReader
 from plateau.storage.segment import OpenSegment
 from plateau.storage.types import (
     Order,
@@ -45,23 +46,38 @@ def _time_mask(table: pa.Table, tr: TimeRange) -> pa.ChunkedArray:
 
 
 class _Source:
-    """A run of rows ``[first, end)`` with one schema, readable by offset."""
+    """A run of rows ``[first, end)`` with one schema, readable by offset.
+
+    A sealed source knows the sealed segment after it (``then``): once a read
+    reaches its last chunk, that one is opened and decoded ahead.
+    """
 
     def __init__(
-        self, first: int, end: int, schema: pa.Schema, times: tuple[int, int] | None, reader: object
+        self,
+        first: int,
+        end: int,
+        schema: pa.Schema,
+        times: tuple[int, int] | None,
+        reader: SegmentReader | pa.Table,
+        then: Callable[[], None] | None = None,
     ) -> None:
         self.first = first
         self.end = end
         self.schema = schema
         self.times = times
         self._reader = reader
+        self._then = then
 
     def read(self, start: int, count: int) -> pa.Table:
         offset = start - self.first
         reader = self._reader
         if isinstance(reader, pa.Table):
             return reader.slice(offset, count)
-        return reader.read(offset, count)  # type: ignore[attr-defined]
+        table = reader.read(offset, count)
+        if self._then is not None and reader.in_last_chunk(offset + count):
+            self._then()
+            self._then = None
+        return table
 
 
 def _sources(
@@ -74,8 +90,9 @@ def _sources(
     every page made topic iteration slower the longer the topic was.
     """
     first = bisect.bisect_right(view.sealed, start, key=lambda row: row.end_index)
-    for row in view.sealed[first:]:
-        yield _sealed_source(row, data_dir, cache)
+    rows = view.sealed[first:]
+    for i, row in enumerate(rows):
+        yield _sealed_source(row, data_dir, cache, rows[i + 1] if i + 1 < len(rows) else None)
     for seg, visible in view.pending:
         if visible > 0 and seg.first_index + visible > start:
             yield _pending_source(seg, visible)
@@ -93,10 +110,15 @@ def _sources_before(
         yield _sealed_source(row, data_dir, cache)
 
 
-def _sealed_source(row: SegmentRow, data_dir: Path, cache: ReaderCache) -> _Source:
+def _sealed_source(
+    row: SegmentRow, data_dir: Path, cache: ReaderCache, after: SegmentRow | None = None
+) -> _Source:
     reader = cache.get(row.id, data_dir / row.path, row.format)
     times = (row.min_time_ms, row.max_time_ms)
-    return _Source(row.first_index, row.end_index, reader.schema, times, reader)
+    then = None
+    if after is not None:
+        then = functools.partial(cache.prefetch, after.id, data_dir / after.path, after.format)
+    return _Source(row.first_index, row.end_index, reader.schema, times, reader, then)
 
 
 def _pending_source(seg: OpenSegment, visible: int) -> _Source:

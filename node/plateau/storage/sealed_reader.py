@@ -1,0 +1,468 @@
+"""Reading sealed segments: random access by row, decoded chunks cached and decoded ahead.
+
+A chunk is what a segment is decoded in: a row group (parquet, about 64k
+rows) or a record batch (arrow, one append). Sealed files are immutable and
+their paths never reused, so ``(path, chunk)`` names a decoded chunk for good.
+
+Why decode ahead: a reader going forward through history (topic iteration,
+partition reads, Spark-like scans) needs the next chunk soon after this one.
+Decoding it on the request's thread stalled every page that crossed into a
+new row group (four partitions roll over together: about 50 ms every 26
+pages, three quarters of a parquet history scan's time). Decoding runs in
+C++ without the GIL, so a background thread does it on the core the event
+loop does not use, and the page finds the chunk decoded.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import os
+import threading
+import weakref
+from collections import OrderedDict
+from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+from prometheus_client import Counter
+
+from plateau.metrics import READ_CHUNKS
+from plateau.storage.files import PAGE
+from plateau.storage.sealed import arrow_batches
+from plateau.storage.types import SegmentId
+
+READ_AHEAD_BYTES = 8 * 1024 * 1024
+"""How far past the chunks a read touches the reader decodes ahead and hints the kernel."""
+
+_DEMAND = READ_CHUNKS.labels(how="demand")
+_AHEAD = READ_CHUNKS.labels(how="ahead")
+
+
+class DecodedCache:
+    """Decoded chunks by ``(segment path, chunk)``, within one byte budget, least recent out.
+
+    Why: topic iteration takes a share of every partition per page, so without
+    it each row group or compressed batch is decoded once per page that
+    touches it (4x for 4 partitions).
+    """
+
+    def __init__(self, budget_bytes: int) -> None:
+        self._lock = threading.Lock()
+        self._budget = budget_bytes
+        self._size = 0
+        self._chunks: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
+        self._by_key: dict[str, set[int]] = {}
+
+    @property
+    def budget(self) -> int:
+        return self._budget
+
+    def get(self, key: str, chunk: int) -> pa.Table | None:
+        with self._lock:
+            table = self._chunks.get((key, chunk))
+            if table is not None:
+                self._chunks.move_to_end((key, chunk))
+            return table
+
+    def __contains__(self, item: tuple[str, int]) -> bool:
+        with self._lock:
+            return item in self._chunks
+
+    def put(self, key: str, chunk: int, table: pa.Table) -> None:
+        size = table.nbytes
+        with self._lock:
+            self._pop_locked(key, chunk)
+            if size > self._budget:
+                return
+            self._chunks[(key, chunk)] = table
+            self._by_key.setdefault(key, set()).add(chunk)
+            self._size += size
+            while self._size > self._budget:
+                (old_key, old_chunk), _ = next(iter(self._chunks.items()))
+                self._pop_locked(old_key, old_chunk)
+
+    def drop(self, key: str) -> None:
+        """Forget every chunk of ``key`` (its segment was closed or deleted)."""
+        with self._lock:
+            for chunk in list(self._by_key.get(key, ())):
+                self._pop_locked(key, chunk)
+
+    def _pop_locked(self, key: str, chunk: int) -> None:
+        old = self._chunks.pop((key, chunk), None)
+        if old is None:
+            return
+        self._size -= old.nbytes
+        chunks = self._by_key[key]
+        chunks.discard(chunk)
+        if not chunks:
+            del self._by_key[key]
+
+
+class SegmentReader:
+    """Random access by row offset into one sealed file; safe to share between threads.
+
+    Segments are read with pread (``pa.OSFile``), never mapped. Past every
+    read the reader asks the kernel to read ahead (``posix_fadvise(WILLNEED)``)
+    and, with a ``decoder`` executor, decodes the chunks of the next
+    ``READ_AHEAD_BYTES`` in the background (see the module docstring). Once a
+    chunk is decoded (a copy the ``DecodedCache`` keeps), its pages are dropped
+    from the page cache (``drop_pages``, setting ``storage.drop_read_pages``),
+    as the write path drops what it wrote (``files.PageDropper``). Why: a
+    history scan would otherwise fill the page cache with pages read once, and
+    on VMs that hand free guest memory back to the host every newly cached
+    page costs a host page fault. Measured here (bench/read.py, first pass
+    after a restart, arrow): memory-mapped and cached 1.9-2.8M rows/s at 0.9
+    node cores and 1.1 GB RSS, dropped 3.1-3.8M rows/s at 0.75 cores and 180
+    MB RSS. Pages that are not mapped can be dropped and never count as the
+    node's RSS.
+
+    Arrow chunk offsets are estimated from row positions (rows are of similar
+    size within a segment); a wrong guess costs only a wasted or a missing
+    hint or a page read twice, never a wrong read. Parquet offsets are exact
+    (the footer has them).
+    """
+
+    def __init__(
+        self,
+        path: Path,
+        fmt: str,
+        decoded: DecodedCache | None = None,
+        drop_pages: bool = True,
+        hints: Executor | None = None,
+        decoder: Executor | None = None,
+    ) -> None:
+        self._lock = threading.Lock()  # held while decoding: pyarrow's file readers are not shared
+        self._state_lock = threading.Lock()  # guards _pending and _read_ahead_to
+        self._pending: dict[int, Future[pa.Table]] = {}
+        self._drop = drop_pages
+        self._hints = hints
+        self._decoder = decoder
+        self._fd_lock = threading.Lock()  # held while the descriptor is advised or closed
+        self._fd_open = True
+        self._closed = False
+        self._key = str(path)
+        self._cache = decoded if decoded is not None else DecodedCache(0)
+        self.fmt = fmt
+        self._source: pa.NativeFile | None = None
+        self._parquet: pq.ParquetFile | None = None
+        self._group_ends: list[int] = []
+        self._batches: list[pa.RecordBatch] = []
+        self._file_reader: pa.ipc.RecordBatchFileReader | None = None
+        self._fd = os.open(path, os.O_RDONLY)
+        # closes the descriptor when the reader is dropped without close() (evicted after
+        # retention deleted its file): an open descriptor would keep the file's space in use
+        self._close_fd = weakref.finalize(self, _close_quietly, self._fd)
+        self._size = os.fstat(self._fd).st_size
+        self._read_ahead_to = 0
+        try:
+            counts = self._open(path, fmt)
+        except BaseException:
+            self._close_fd()
+            raise
+        self._starts = [0]
+        for c in counts:
+            self._starts.append(self._starts[-1] + c)
+
+    def _open(self, path: Path, fmt: str) -> list[int]:
+        """Open the file; returns the rows of each chunk."""
+        self._source = pa.OSFile(str(path))
+        if fmt == "parquet":
+            self._parquet = pq.ParquetFile(self._source)
+            meta = self._parquet.metadata
+            self.schema: pa.Schema = self._parquet.schema_arrow
+            groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
+            self._group_ends = [_row_group_end(g) for g in groups]
+            return [g.num_rows for g in groups]
+        try:
+            self._file_reader = pa.ipc.open_file(self._source)
+        except pa.ArrowInvalid:
+            self._file_reader = None  # sealed in place on a full volume: a stream
+            self._batches, self.schema = arrow_batches(self._source)
+            return [b.num_rows for b in self._batches]
+        self.schema = self._file_reader.schema
+        return _batch_rows(path)
+
+    @property
+    def key(self) -> str:
+        return self._key
+
+    @property
+    def rows(self) -> int:
+        return self._starts[-1]
+
+    @property
+    def chunks(self) -> int:
+        return len(self._starts) - 1
+
+    def in_last_chunk(self, offset: int) -> bool:
+        """Whether row ``offset`` is in (or past) the segment's last chunk."""
+        return offset >= self._starts[-2] if self.chunks else True
+
+    def read(self, offset: int, count: int) -> pa.Table:
+        """Rows ``[offset, offset + count)`` of the segment."""
+        end = min(offset + count, self.rows)
+        if end <= offset:
+            return self.schema.empty_table()
+        first = _chunk_of(self._starts, offset)
+        last = _chunk_of(self._starts, end - 1)
+        parts = [self._chunk(c) for c in range(first, last + 1)]
+        self._look_ahead(last + 1)
+        table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
+        return table.slice(offset - self._starts[first], end - offset)
+
+    def decode_ahead(self, chunk: int) -> None:
+        """Have ``chunk`` decoded in the background unless it is cached or on its way."""
+        if self._decoder is None or not 0 <= chunk < self.chunks or self._closed:
+            return
+        if (self._key, chunk) in self._cache:
+            return
+        with self._state_lock:
+            if chunk in self._pending:
+                return
+            try:
+                future = self._decoder.submit(self._decode_into_cache, chunk, _AHEAD)
+            except RuntimeError:  # shut down: the node is closing
+                return
+            self._pending[chunk] = future
+
+    def _chunk(self, chunk: int) -> pa.Table:
+        """One decoded chunk: cached, awaited from the decoder, or decoded here."""
+        table = self._cache.get(self._key, chunk)
+        if table is not None:
+            return table
+        with self._state_lock:
+            future = self._pending.get(chunk)
+        if future is not None:
+            with contextlib.suppress(Exception):  # it failed: decode here, report that error
+                return future.result()
+        return self._decode_into_cache(chunk, _DEMAND)
+
+    def _decode_into_cache(self, chunk: int, counter: Counter) -> pa.Table:
+        try:
+            with self._lock:
+                if self._closed:
+                    raise ValueError(f"segment reader of {self._key} is closed")
+                table = self._decode(chunk)
+            self._cache.put(self._key, chunk, table)
+            counter.inc()
+            self._drop_pages(chunk)
+            return table
+        finally:
+            with self._state_lock:
+                self._pending.pop(chunk, None)
+
+    def _decode(self, chunk: int) -> pa.Table:
+        if self._parquet is not None:
+            # one thread per decode: pyarrow's column threads only waited on each other here
+            return self._parquet.read_row_groups([chunk], use_threads=False)
+        if self._file_reader is not None:
+            batch = self._file_reader.get_batch(chunk)
+        else:
+            batch = self._batches[chunk]
+        return pa.Table.from_batches([batch], schema=self.schema)
+
+    def _look_ahead(self, chunk: int) -> None:
+        """Hint the kernel and queue decodes for the chunks from ``chunk`` on."""
+        if chunk >= self.chunks:
+            return
+        stop = self._offset(chunk) + READ_AHEAD_BYTES
+        ahead = chunk
+        while ahead < self.chunks and (ahead == chunk or self._offset(ahead + 1) <= stop):
+            self.decode_ahead(ahead)
+            ahead += 1
+        self._read_ahead(chunk)
+
+    def _offset(self, chunk: int) -> int:
+        """File offset where ``chunk`` starts (past the last chunk: the file's size)."""
+        if chunk >= self.chunks:
+            return self._size
+        if self._parquet is not None:
+            return self._group_ends[chunk - 1] if chunk > 0 else 0
+        return self._size * self._starts[chunk] // self.rows
+
+    def _drop_pages(self, chunk: int) -> None:
+        """Drop a decoded chunk's pages from the page cache: the decoded copy is what is kept.
+
+        Pages wholly inside the chunk's range only; a wrong estimate costs a
+        page read again, never a wrong read.
+        """
+        if not self._drop or (self._file_reader is None and self._parquet is None):
+            return  # footerless arrow: already in memory
+        begin = -(-self._offset(chunk) // PAGE) * PAGE
+        end = self._offset(chunk + 1) // PAGE * PAGE
+        if end > begin:
+            self._advise(begin, end - begin, os.POSIX_FADV_DONTNEED)
+
+    def _read_ahead(self, chunk: int) -> None:
+        """Hint the kernel to read the file from ``chunk`` on, if not already hinted."""
+        begin = self._offset(chunk)
+        with self._state_lock:
+            if begin + READ_AHEAD_BYTES // 2 < self._read_ahead_to:
+                return  # the last hint still reaches far enough ahead
+            begin = max(begin, self._read_ahead_to)
+            end = min(self._size, begin + READ_AHEAD_BYTES)
+            self._read_ahead_to = end
+        if end > begin:
+            self._advise(begin, end - begin, os.POSIX_FADV_WILLNEED)
+
+    def _advise(self, offset: int, length: int, advice: int) -> None:
+        """``posix_fadvise``, on the hints thread when there is one.
+
+        Why a thread: WILLNEED allocates the page cache and queues the reads
+        before it returns, about 0.2 ms per 8 MiB here (strace), on the path of
+        every page that starts a new batch; nothing waits for a hint.
+        """
+        if self._hints is None:
+            self._advise_now(offset, length, advice)
+            return
+        with contextlib.suppress(RuntimeError):  # shut down: the node is closing
+            self._hints.submit(self._advise_now, offset, length, advice)
+
+    def _advise_now(self, offset: int, length: int, advice: int) -> None:
+        with self._fd_lock:
+            if self._fd_open:
+                with contextlib.suppress(OSError):
+                    os.posix_fadvise(self._fd, offset, length, advice)
+
+    def close(self) -> None:
+        """Close the files under the locks, so that no decode or hint is using them meanwhile.
+
+        (A pread or fadvise racing a close could otherwise use a descriptor
+        number that another file reopened in between.)
+        """
+        with self._lock:
+            self._closed = True
+            self._cache.drop(self._key)
+            if self._source is not None:
+                self._source.close()
+            with self._fd_lock:
+                self._fd_open = False
+                self._close_fd()
+
+
+def _row_group_end(group: pq.RowGroupMetaData) -> int:
+    """File offset just past a row group's column chunks."""
+    end = 0
+    for j in range(group.num_columns):
+        column = group.column(j)
+        start = column.dictionary_page_offset
+        if start is None or start <= 0:
+            start = column.data_page_offset
+        end = max(end, start + column.total_compressed_size)
+    return end
+
+
+def _close_quietly(fd: int) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)
+
+
+def _batch_rows(path: Path) -> list[int]:
+    """Rows of each batch of an Arrow file, reading little more than the metadata.
+
+    Why only the first column: decoding every batch read (and
+    decompressed) the whole segment from disk before the first page of a
+    history read went out, 300-430 ms per 64 MiB segment. Decoding only the
+    first column through a descriptor advised ``RANDOM`` (no read-ahead) reads
+    about 2 MiB of it and takes about 16 ms cold.
+    """
+    fd = os.open(path, os.O_RDONLY)
+    with os.fdopen(fd, "rb", buffering=0) as raw:
+        with contextlib.suppress(OSError):
+            os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_RANDOM)
+        first_only = pa.ipc.IpcReadOptions(included_fields=[0])
+        reader = pa.ipc.open_file(pa.PythonFile(raw, mode="r"), options=first_only)
+        return [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
+
+
+def _chunk_of(starts: list[int], row: int) -> int:
+    return bisect.bisect_right(starts, row) - 1
+
+
+class ReaderCache:
+    """Open readers by segment id, least recently used evicted first.
+
+    Owns the thread that passes the readers' page-cache hints to the kernel
+    and the one that decodes ahead.
+    """
+
+    def __init__(
+        self,
+        capacity: int = 32,
+        decoded_bytes: int = 64 * 1024 * 1024,
+        drop_pages: bool = True,
+        decode_ahead: bool = True,
+    ) -> None:
+        self._lock = threading.Lock()
+        self._drop_pages = drop_pages
+        self._capacity = capacity
+        self._decoded = DecodedCache(decoded_bytes)
+        self._readers: OrderedDict[SegmentId, SegmentReader] = OrderedDict()
+        self._hints = ThreadPoolExecutor(max_workers=1, thread_name_prefix="read-hints")
+        self._decoder = (
+            ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode-ahead")
+            if decode_ahead and decoded_bytes > 0
+            else None
+        )
+
+    def get(self, segment_id: SegmentId, path: Path, fmt: str) -> SegmentReader:
+        with self._lock:
+            reader = self._readers.get(segment_id)
+            if reader is not None:
+                self._readers.move_to_end(segment_id)
+                return reader
+        reader = SegmentReader(
+            path, fmt, self._decoded, self._drop_pages, self._hints, self._decoder
+        )
+        with self._lock:
+            raced = self._readers.get(segment_id)
+            if raced is not None:  # opened by another thread meanwhile: keep one
+                reader.close()
+                self._readers.move_to_end(segment_id)
+                return raced
+            self._readers[segment_id] = reader
+            while len(self._readers) > self._capacity:
+                _, old = self._readers.popitem(last=False)
+                old.close()
+        return reader
+
+    def prefetch(self, segment_id: SegmentId, path: Path, fmt: str) -> None:
+        """Open a segment and decode its first chunk in the background (the next one a scan
+        reaches), so that crossing into it does not stall the page that does."""
+        if self._decoder is None:
+            return
+        with self._lock:
+            reader = self._readers.get(segment_id)
+        if reader is not None:
+            reader.decode_ahead(0)
+            return
+        with contextlib.suppress(RuntimeError):  # shut down: the node is closing
+            self._decoder.submit(self._open_ahead, segment_id, path, fmt)
+
+    def _open_ahead(self, segment_id: SegmentId, path: Path, fmt: str) -> None:
+        with contextlib.suppress(OSError, pa.ArrowException):  # deleted meanwhile: nothing to do
+            self.get(segment_id, path, fmt).decode_ahead(0)
+
+    def open_readers(self) -> int:
+        with self._lock:
+            return len(self._readers)
+
+    def evict(self, segment_id: SegmentId) -> None:
+        """Drop a deleted segment's reader; a read in flight keeps its file until it ends."""
+        with self._lock:
+            reader = self._readers.pop(segment_id, None)
+        if reader is not None:
+            self._decoded.drop(reader.key)
+
+    def close(self) -> None:
+        """Drop pending hints and decodes, and close every reader (engine shutdown)."""
+        if self._decoder is not None:
+            self._decoder.shutdown(wait=True, cancel_futures=True)
+        self._hints.shutdown(wait=True, cancel_futures=True)
+        with self._lock:
+            readers = list(self._readers.values())
+            self._readers.clear()
+        for reader in readers:
+            reader.close()
