@@ -100,6 +100,13 @@ class StorageSettings(BaseModel):
         "ahead. Give it at least 3 parquet row groups (about 8 MiB each for 128-byte rows) "
         "per partition read at once.",
     )
+    direct_reads: bool = Field(
+        default=True,
+        description="Read sealed arrow segments with O_DIRECT, straight from the disk into the "
+        "decoded cache, instead of through the page cache (where a history scan costs the "
+        "node more CPU than the read itself). Filesystems without O_DIRECT (tmpfs) are read "
+        "through the page cache either way.",
+    )
     decode_ahead: bool = Field(
         default=True,
         description="Decode the next row groups or batches of a sealed segment (and the first "

@@ -5,12 +5,14 @@ from __future__ import annotations
 import asyncio
 import signal
 from pathlib import Path
+from typing import Any
 
 import httpx
 import uvicorn
 from fastapi import FastAPI
 
 from plateau.server.app import create_app
+from plateau.server.data_plane import DataPlane
 from plateau.server.run import NodeServer
 from plateau.server.state import NodeState
 from plateau.settings import NodeSettings
@@ -75,3 +77,48 @@ def test_unexpected_errors_are_json_500(tmp_path: Path) -> None:
     r = asyncio.run(scenario())
     assert r.status_code == 500
     assert r.json() == {"message": "internal error: RuntimeError", "code": 500}
+
+
+def test_data_plane_and_fastapi_routes_answer_alike(tmp_path: Path) -> None:
+    """The data routes are served by ``DataPlane`` in front of FastAPI, and declared in FastAPI
+    too: both entries must give the same answers, and whatever the data plane does not serve
+    (other methods, other paths) must reach FastAPI."""
+    settings = NodeSettings(storage={"data_dir": tmp_path / "data"}, auth={"token": "w"})
+    engine = Engine(settings.storage)
+    app = create_app(settings, engine)
+    state: NodeState = app.state.plateau
+    plane = DataPlane(app, state)
+    auth = {"authorization": "Bearer w"}
+    body = b'{"records": [{"x": 1}, {"x": 2}]}'
+    json_body = {**auth, "content-type": "application/json"}
+    requests: list[tuple[str, str, dict[str, str], bytes]] = [
+        ("POST", "/topic/t/partition/0", json_body, body),
+        ("POST", "/topic/t/partition/0", {"content-type": "application/json"}, body),
+        ("POST", "/topic/t/partition/0", {**auth, "content-type": "text/csv"}, body),
+        ("POST", "/topic/T/partition/0", json_body, body),
+        ("GET", "/topic/t/partition/0/records?start=0&page_size=0", {}, b""),
+        ("GET", "/topic/t/partition/0/records?page_size=5", {}, b""),
+        ("GET", "/topic/nope/partition/0/records?start=0", {}, b""),
+        ("POST", "/topic/t/records?order=sideways", {}, b"{}"),
+        ("POST", "/topic/t/records?page_size=1", {}, b'{"0": -1}'),
+        ("DELETE", "/topic/t/records", {}, b""),
+    ]
+
+    async def answers(entry: Any) -> list[tuple[int, Any]]:
+        transport = httpx.ASGITransport(app=entry, raise_app_exceptions=False)
+        async with httpx.AsyncClient(transport=transport, base_url="http://node") as c:
+            got = []
+            for method, url, headers, content in requests:
+                r = await c.request(method, url, headers=headers, content=content)
+                got.append((r.status_code, r.json()))
+            return got
+
+    async def scenario() -> tuple[list[tuple[int, Any]], list[tuple[int, Any]]]:
+        async with app.router.lifespan_context(app):
+            via_plane = await answers(plane)
+            engine.delete_topic("t")
+            return via_plane, await answers(app)
+
+    via_plane, via_fastapi = asyncio.run(scenario())
+    assert [status for status, _ in via_plane] == [200, 401, 415, 400, 400, 400, 404, 400, 400, 405]
+    assert via_plane == via_fastapi

@@ -25,15 +25,30 @@ def _matches(given: str, expected: bytes | None) -> bool:
     return expected is not None and hmac.compare_digest(given.encode(), expected)
 
 
-def _check(credentials: HTTPAuthorizationCredentials | None, accepted: list[bytes]) -> None:
+def bearer_token(authorization: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header (as ``HTTPBearer`` reads it)."""
+    if not authorization:
+        return None
+    scheme, _, token = authorization.partition(" ")
+    if scheme.lower() != "bearer" or not token:
+        return None
+    return token
+
+
+def check_token(given: str | None, accepted: list[bytes]) -> None:
+    """Raise ``Unauthorized`` unless ``given`` is one of ``accepted`` (none accepted: open)."""
     if not accepted:
         return
-    if credentials is None:
+    if given is None:
         raise Unauthorized("missing bearer token: send 'Authorization: Bearer <token>'")
     # Compare with every accepted token, so timing does not tell which one is close.
-    ok = [_matches(credentials.credentials, token) for token in accepted]
+    ok = [_matches(given, token) for token in accepted]
     if not any(ok):
         raise Unauthorized("wrong bearer token")
+
+
+def _check(credentials: HTTPAuthorizationCredentials | None, accepted: list[bytes]) -> None:
+    check_token(credentials.credentials if credentials is not None else None, accepted)
 
 
 async def require_write(request: Request, credentials: Credentials) -> None:

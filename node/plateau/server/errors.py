@@ -17,6 +17,7 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.requests import Request as StarletteRequest
 
 from plateau.storage.errors import Busy, PayloadTooLarge, PlateauError
 
@@ -72,11 +73,20 @@ def describe_validation_errors(errors: Sequence[Any]) -> str:
     return "; ".join(parts) or "invalid request"
 
 
-async def _plateau_error(request: Request, exc: Exception) -> JSONResponse:
-    assert isinstance(exc, PlateauError)
+def plateau_error_response(exc: PlateauError, request: StarletteRequest) -> JSONResponse:
     if exc.status >= 500:
         log.warning("%s %s -> %d: %s", request.method, request.url.path, exc.status, exc.message)
     return error_response(exc.status, exc.message, error_headers(exc))
+
+
+def unexpected_error_response(exc: Exception, request: StarletteRequest) -> JSONResponse:
+    log.exception("%s %s failed", request.method, request.url.path, exc_info=exc)
+    return error_response(500, f"internal error: {type(exc).__name__}")
+
+
+async def _plateau_error(request: Request, exc: Exception) -> JSONResponse:
+    assert isinstance(exc, PlateauError)
+    return plateau_error_response(exc, request)
 
 
 async def _validation_error(request: Request, exc: Exception) -> JSONResponse:
@@ -91,8 +101,7 @@ async def _http_error(request: Request, exc: Exception) -> JSONResponse:
 
 
 async def _unexpected_error(request: Request, exc: Exception) -> JSONResponse:
-    log.exception("%s %s failed", request.method, request.url.path, exc_info=exc)
-    return error_response(500, f"internal error: {type(exc).__name__}")
+    return unexpected_error_response(exc, request)
 
 
 def install_error_handlers(app: FastAPI) -> None:

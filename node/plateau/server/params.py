@@ -11,15 +11,47 @@ import re
 from datetime import UTC, datetime
 from typing import Any
 
+from starlette.datastructures import QueryParams
+
 from plateau.storage.errors import InvalidInput
 from plateau.storage.names import check_name
-from plateau.storage.types import TimeRange
+from plateau.storage.types import Order, TimeRange
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _INTEGER = re.compile(r"[+-]?[0-9]{1,19}")
 REGEX_PREFIX = "regex:"
 MAX_REGEX_CHARS = 256
 MAX_CURSOR_PARTITIONS = 100_000
+
+
+def int_param(
+    query: QueryParams, name: str, default: int | None, *, low: int, high: int | None = None
+) -> int:
+    """An integer query parameter within ``[low, high]``; required when ``default`` is None."""
+    text = query.get(name)
+    if text is None:
+        if default is None:
+            raise InvalidInput(f"query parameter {name} is required")
+        return default
+    bounds = f"from {low} to {high}" if high is not None else f"of at least {low}"
+    try:
+        value = int(text.strip()) if _INTEGER.fullmatch(text.strip()) else None
+    except ValueError:
+        value = None
+    if value is None or value < low or (high is not None and value > high):
+        raise InvalidInput(f"query parameter {name}: must be an integer {bounds}, got {text!r}")
+    return value
+
+
+def order_param(query: QueryParams) -> Order:
+    text = query.get("order", Order.ASC.value)
+    try:
+        return Order(text)
+    except ValueError:
+        choices = ", ".join(o.value for o in Order)
+        raise InvalidInput(
+            f"query parameter order: must be one of {choices}, got {text!r}"
+        ) from None
 
 
 def parse_time(value: str, param: str, *, upper: bool) -> int:

@@ -20,6 +20,7 @@ from types import FrameType
 import uvicorn
 
 from plateau.server.app import create_app
+from plateau.server.data_plane import DataPlane
 from plateau.server.state import NodeState
 from plateau.settings import NodeSettings
 from plateau.storage.engine import Engine
@@ -113,7 +114,7 @@ def run_node(settings: NodeSettings) -> None:
     app = create_app(settings, engine)
     state: NodeState = app.state.plateau
     config = uvicorn.Config(
-        app,
+        DataPlane(app, state),
         http="httptools",
         loop="uvloop",
         lifespan="on",

@@ -76,6 +76,7 @@ class Engine:
             # without a decoded cache, the next page would read the dropped pages again
             drop_pages=settings.drop_read_pages and settings.read_cache_bytes > 0,
             decode_ahead=settings.decode_ahead,
+            direct_reads=settings.direct_reads,
         )
         self._snapshot = SnapshotWriter(self.data_dir)
         self._sealer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sealer")

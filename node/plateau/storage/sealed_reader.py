@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import logging
 import os
 import threading
 import weakref
@@ -29,9 +30,17 @@ import pyarrow.parquet as pq
 from prometheus_client import Counter
 
 from plateau.metrics import READ_CHUNKS
+from plateau.storage.arrow_footer import Block, record_batch_blocks
+from plateau.storage.direct_io import open_direct, read_range
 from plateau.storage.files import PAGE
 from plateau.storage.sealed import arrow_batches
 from plateau.storage.types import SegmentId
+
+log = logging.getLogger(__name__)
+
+DECODE_THREADS = 2
+"""Decode-ahead threads: two partitions' chunks are read (a direct read waits on the disk)
+and decoded at once."""
 
 READ_AHEAD_BYTES = 8 * 1024 * 1024
 """How far past the chunks a read touches the reader decodes ahead and hints the kernel."""
@@ -103,20 +112,20 @@ class DecodedCache:
 class SegmentReader:
     """Random access by row offset into one sealed file; safe to share between threads.
 
-    Segments are read with pread (``pa.OSFile``), never mapped. Past every
-    read the reader asks the kernel to read ahead (``posix_fadvise(WILLNEED)``)
-    and, with a ``decoder`` executor, decodes the chunks of the next
-    ``READ_AHEAD_BYTES`` in the background (see the module docstring). Once a
-    chunk is decoded (a copy the ``DecodedCache`` keeps), its pages are dropped
-    from the page cache (``drop_pages``, setting ``storage.drop_read_pages``),
-    as the write path drops what it wrote (``files.PageDropper``). Why: a
-    history scan would otherwise fill the page cache with pages read once, and
-    on VMs that hand free guest memory back to the host every newly cached
-    page costs a host page fault. Measured here (bench/read.py, first pass
-    after a restart, arrow): memory-mapped and cached 1.9-2.8M rows/s at 0.9
-    node cores and 1.1 GB RSS, dropped 3.1-3.8M rows/s at 0.75 cores and 180
-    MB RSS. Pages that are not mapped can be dropped and never count as the
-    node's RSS.
+    Arrow batches are read with ``O_DIRECT`` where the filesystem allows it
+    (``direct``, setting ``storage.direct_reads``; see ``direct_io``): they
+    never enter the page cache. Otherwise segments are read with pread
+    (``pa.OSFile``), never mapped. With a ``decoder`` executor the chunks of
+    the next ``READ_AHEAD_BYTES`` are decoded in the background (see the
+    module docstring). Reads through the page cache also ask the kernel to
+    read ahead (``posix_fadvise(WILLNEED)``), and once a chunk is decoded (a
+    copy the ``DecodedCache`` keeps) its pages are dropped from the page
+    cache (``drop_pages``, setting ``storage.drop_read_pages``), as the write
+    path drops what it wrote (``files.PageDropper``). Why: a history scan
+    would otherwise fill the page cache with pages read once, and on VMs that
+    hand free guest memory back to the host every newly cached page costs a
+    host page fault. Pages that are not mapped can be dropped and never count
+    as the node's RSS.
 
     Arrow chunk offsets are estimated from row positions (rows are of similar
     size within a segment); a wrong guess costs only a wasted or a missing
@@ -132,6 +141,7 @@ class SegmentReader:
         drop_pages: bool = True,
         hints: Executor | None = None,
         decoder: Executor | None = None,
+        direct: bool = False,
     ) -> None:
         self._lock = threading.Lock()  # held while decoding: pyarrow's file readers are not shared
         self._state_lock = threading.Lock()  # guards _pending and _read_ahead_to
@@ -150,6 +160,8 @@ class SegmentReader:
         self._group_ends: list[int] = []
         self._batches: list[pa.RecordBatch] = []
         self._file_reader: pa.ipc.RecordBatchFileReader | None = None
+        self._blocks: list[Block] = []  # with a direct descriptor: where each batch lies
+        self._direct_fd: int | None = None
         self._fd = os.open(path, os.O_RDONLY)
         # closes the descriptor when the reader is dropped without close() (evicted after
         # retention deleted its file): an open descriptor would keep the file's space in use
@@ -158,6 +170,8 @@ class SegmentReader:
         self._read_ahead_to = 0
         try:
             counts = self._open(path, fmt)
+            if direct and self._file_reader is not None:
+                self._open_direct(path, len(counts))
         except BaseException:
             self._close_fd()
             raise
@@ -183,6 +197,28 @@ class SegmentReader:
             return [b.num_rows for b in self._batches]
         self.schema = self._file_reader.schema
         return _batch_rows(path)
+
+    def _open_direct(self, path: Path, batches: int) -> None:
+        """Read batches with ``O_DIRECT`` where the file and its schema allow it."""
+        if _has_dictionary(self.schema):
+            return  # a dictionary batch is needed to decode: pyarrow's reader has them
+        try:
+            blocks = record_batch_blocks(self._fd)
+        except (OSError, ValueError):
+            return
+        if len(blocks) != batches:
+            return
+        fd = open_direct(path)
+        if fd is None:
+            return
+        self._blocks = blocks
+        self._direct_fd = fd
+        self._close_direct = weakref.finalize(self, _close_quietly, fd)
+
+    @property
+    def direct(self) -> bool:
+        """Whether batches are read with ``O_DIRECT`` (not through the page cache)."""
+        return self._direct_fd is not None
 
     @property
     def key(self) -> str:
@@ -257,7 +293,17 @@ class SegmentReader:
         if self._parquet is not None:
             # one thread per decode: pyarrow's column threads only waited on each other here
             return self._parquet.read_row_groups([chunk], use_threads=False)
-        if self._file_reader is not None:
+        if self._direct_fd is not None:
+            block = self._blocks[chunk]
+            try:
+                data = read_range(self._direct_fd, block.offset, block.length)
+            except OSError as exc:  # the device refused: read through the page cache from now on
+                log.warning("direct read of %s failed (%s); reading it buffered", self._key, exc)
+                self._direct_fd = None
+                self._close_direct()
+                return self._decode(chunk)
+            batch = pa.ipc.read_record_batch(pa.ipc.read_message(data), self.schema)
+        elif self._file_reader is not None:
             batch = self._file_reader.get_batch(chunk)
         else:
             batch = self._batches[chunk]
@@ -272,7 +318,8 @@ class SegmentReader:
         while ahead < self.chunks and (ahead == chunk or self._offset(ahead + 1) <= stop):
             self.decode_ahead(ahead)
             ahead += 1
-        self._read_ahead(chunk)
+        if self._direct_fd is None:
+            self._read_ahead(chunk)
 
     def _offset(self, chunk: int) -> int:
         """File offset where ``chunk`` starts (past the last chunk: the file's size)."""
@@ -288,7 +335,9 @@ class SegmentReader:
         Pages wholly inside the chunk's range only; a wrong estimate costs a
         page read again, never a wrong read.
         """
-        if not self._drop or (self._file_reader is None and self._parquet is None):
+        if not self._drop or self._direct_fd is not None:
+            return  # direct reads leave no pages behind
+        if self._file_reader is None and self._parquet is None:
             return  # footerless arrow: already in memory
         begin = -(-self._offset(chunk) // PAGE) * PAGE
         end = self._offset(chunk + 1) // PAGE * PAGE
@@ -340,6 +389,8 @@ class SegmentReader:
             with self._fd_lock:
                 self._fd_open = False
                 self._close_fd()
+            if self._direct_fd is not None:
+                self._close_direct()
 
 
 def _row_group_end(group: pq.RowGroupMetaData) -> int:
@@ -352,6 +403,17 @@ def _row_group_end(group: pq.RowGroupMetaData) -> int:
             start = column.data_page_offset
         end = max(end, start + column.total_compressed_size)
     return end
+
+
+def _has_dictionary(schema: pa.Schema) -> bool:
+    def nested(dtype: pa.DataType) -> bool:
+        if isinstance(dtype, pa.DictionaryType):
+            return True
+        if isinstance(dtype, pa.BaseExtensionType):
+            return nested(dtype.storage_type)
+        return any(nested(dtype.field(i).type) for i in range(dtype.num_fields))
+
+    return any(nested(field.type) for field in schema)
 
 
 def _close_quietly(fd: int) -> None:
@@ -394,15 +456,17 @@ class ReaderCache:
         decoded_bytes: int = 64 * 1024 * 1024,
         drop_pages: bool = True,
         decode_ahead: bool = True,
+        direct_reads: bool = True,
     ) -> None:
         self._lock = threading.Lock()
         self._drop_pages = drop_pages
+        self._direct = direct_reads
         self._capacity = capacity
         self._decoded = DecodedCache(decoded_bytes)
         self._readers: OrderedDict[SegmentId, SegmentReader] = OrderedDict()
         self._hints = ThreadPoolExecutor(max_workers=1, thread_name_prefix="read-hints")
         self._decoder = (
-            ThreadPoolExecutor(max_workers=1, thread_name_prefix="decode-ahead")
+            ThreadPoolExecutor(max_workers=DECODE_THREADS, thread_name_prefix="decode-ahead")
             if decode_ahead and decoded_bytes > 0
             else None
         )
@@ -414,7 +478,7 @@ class ReaderCache:
                 self._readers.move_to_end(segment_id)
                 return reader
         reader = SegmentReader(
-            path, fmt, self._decoded, self._drop_pages, self._hints, self._decoder
+            path, fmt, self._decoded, self._drop_pages, self._hints, self._decoder, self._direct
         )
         with self._lock:
             raced = self._readers.get(segment_id)

@@ -1,0 +1,284 @@
+"""The data routes (append, read a partition, iterate a topic), served in front of FastAPI.
+
+Why not FastAPI routes: on these routes a node spends its event loop's time
+per request, and the event loop shares one GIL with everything else. FastAPI's
+route matching over every route, dependency solving, parameter validation and
+middleware layers cost more event-loop CPU per request than the request's own
+work on the loop (py-spy: routing, dependencies and the handler wrapper were
+over half the loop's GIL time during a topic scan). ``DataPlane`` matches the
+three paths itself and calls the handlers below directly; everything else
+(admin, health, metrics, docs, and any path or method it does not serve)
+goes on to FastAPI. Measured with bench/read.py and bench/ingest.py: see
+bench/README.md.
+
+The same handlers are behind the FastAPI routes declared in ``routes_data``
+(which document them in OpenAPI), so a request gets the same answer either
+way: one parser (``params``), one auth check (``auth.check_token``), one error
+shape (``errors.plateau_error_response``).
+
+Each handler checks names and parameters on the event loop, then makes one
+``run_in_threadpool`` call that does the CPU and disk work together (decode +
+append + fsync, or read + encode), so the loop never blocks and a request
+costs one thread hop.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import pyarrow as pa
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import compile_path
+from starlette.types import ASGIApp, Receive, Scope, Send
+
+from plateau.metrics import APPEND_STAGE_SECONDS, REJECTED_APPENDS
+from plateau.server.auth import bearer_token, check_token
+from plateau.server.body import read_body
+from plateau.server.codecs import (
+    JSON,
+    append_media_type,
+    decode_append,
+    encode_arrow,
+    reply_media_type,
+)
+from plateau.server.errors import plateau_error_response, unexpected_error_response
+from plateau.server.jsonout import json_reply, table_rows
+from plateau.server.page_ahead import ITERATION_STATUS_HEADER, PageRequest, topic_page
+from plateau.server.params import (
+    int_param,
+    order_param,
+    parse_cursor,
+    partition_filter,
+    time_range,
+)
+from plateau.server.state import NodeState
+from plateau.storage.engine import Engine
+from plateau.storage.errors import PlateauError
+from plateau.storage.names import check_name
+from plateau.storage.types import PartitionRead, Span, TimeRange
+
+log = logging.getLogger("plateau.server")
+
+MAX_CURSOR_BYTES = 1024 * 1024
+MAX_PAGE_SIZE = 10_000
+DEFAULT_PAGE_SIZE = 1000
+
+_STAGE_BODY = APPEND_STAGE_SECONDS.labels(stage="body")
+_STAGE_QUEUE = APPEND_STAGE_SECONDS.labels(stage="queue")
+_STAGE_DECODE = APPEND_STAGE_SECONDS.labels(stage="decode")
+
+_REJECTION_REASONS = {
+    401: "unauthorized",
+    404: "not_found",
+    413: "too_large",
+    429: "busy",
+    503: "disk_full",
+    507: "disk_full",
+}
+
+
+def _rejection_reason(exc: PlateauError) -> str | None:
+    reason = _REJECTION_REASONS.get(exc.status)
+    if reason is None and 400 <= exc.status < 500:
+        reason = "invalid"
+    return reason
+
+
+def _page_size(request: Request) -> int:
+    return int_param(
+        request.query_params, "page_size", DEFAULT_PAGE_SIZE, low=1, high=MAX_PAGE_SIZE
+    )
+
+
+def _times(request: Request) -> TimeRange | None:
+    query = request.query_params
+    return time_range(query.get("time.start"), query.get("time.end"))
+
+
+def _check_read(request: Request, state: NodeState) -> None:
+    check_token(bearer_token(request.headers.get("authorization")), state.read_tokens)
+
+
+# --- read a partition ------------------------------------------------------------------
+
+
+async def read_partition(
+    request: Request, state: NodeState, topic: str, partition: str
+) -> Response:
+    _check_read(request, state)
+    check_name("topic", topic)
+    check_name("partition", partition)
+    start = int_param(request.query_params, "start", None, low=0)
+    limit = _page_size(request)
+    times = _times(request)
+    return await run_in_threadpool(
+        _read_partition,
+        state.engine,
+        topic,
+        partition,
+        start,
+        limit,
+        times,
+        state.settings.server.max_page_bytes,
+        reply_media_type(request.headers.get("accept")),
+    )
+
+
+def _read_partition(
+    engine: Engine,
+    topic: str,
+    partition: str,
+    start: int,
+    limit: int,
+    times: TimeRange | None,
+    max_bytes: int,
+    media: str,
+) -> Response:
+    result: PartitionRead = engine.read_partition(topic, partition, start, limit, times, max_bytes)
+    span = result.span.to_json() if result.span is not None else None
+    status = {"status": str(result.status), "span": span}
+    headers = {ITERATION_STATUS_HEADER: json.dumps(status)}
+    if result.span is not None:
+        headers["x-span-start"] = str(result.span.start)
+        headers["x-span-end"] = str(result.span.end)
+    if media == JSON:
+        reply = {"span": span, "status": str(result.status), "records": table_rows(result.table)}
+        return json_reply(reply, headers=headers)
+    # plateau's Arrow replies carry status and span (each JSON) in the schema metadata too.
+    metadata = {"status": json.dumps(str(result.status)), "span": json.dumps(span)}
+    return Response(encode_arrow(result.table, media, metadata), headers=headers, media_type=media)
+
+
+# --- append ----------------------------------------------------------------------------
+
+
+async def append(request: Request, state: NodeState, topic: str, partition: str) -> Response:
+    try:
+        token = bearer_token(request.headers.get("authorization"))
+        check_token(token, state.write_tokens)
+        check_name("topic", topic)
+        check_name("partition", partition)
+        media = append_media_type(request.headers.get("content-type"))
+        started = time.perf_counter()
+        async with state.bodies.hold() as held:
+            body = await read_body(request, state.settings.server.max_request_bytes, held)
+            received = time.perf_counter()
+            _STAGE_BODY.observe(received - started)
+            span = await run_in_threadpool(
+                _append, state.engine, topic, partition, media, body, received
+            )
+    except PlateauError as exc:
+        reason = _rejection_reason(exc)
+        if reason is not None:
+            REJECTED_APPENDS.labels(reason=reason).inc()
+        raise
+    return json_reply({"span": span.to_json()})
+
+
+def _append(
+    engine: Engine, topic: str, partition: str, media: str, body: bytes, handed_off: float
+) -> Span:
+    started = time.perf_counter()
+    _STAGE_QUEUE.observe(started - handed_off)
+    table: pa.Table = decode_append(media, body)
+    _STAGE_DECODE.observe(time.perf_counter() - started)
+    return engine.append(topic, partition, table)
+
+
+# --- iterate a topic -------------------------------------------------------------------
+
+
+async def iterate_topic(request: Request, state: NodeState, topic: str) -> Response:
+    _check_read(request, state)
+    check_name("topic", topic)
+    query = request.query_params
+    limit = _page_size(request)
+    order = order_param(query)
+    times = _times(request)
+    selected = partition_filter(
+        query.getlist("partition_filter"), query.getlist("partition_filter[]")
+    )
+    cursor = parse_cursor(await read_body(request, MAX_CURSOR_BYTES))
+    page_request = PageRequest.of(
+        topic,
+        cursor,
+        limit,
+        order,
+        times,
+        selected,
+        state.settings.server.max_page_bytes,
+        reply_media_type(request.headers.get("accept")),
+    )
+    page = await state.pages.take(page_request)
+    if page is None:
+        page = await run_in_threadpool(topic_page, state.engine, page_request)
+    state.pages.prepare_next(page_request, page)
+    return page.response()
+
+
+# --- dispatch --------------------------------------------------------------------------
+
+Handler = Callable[..., Awaitable[Response]]
+
+
+@dataclass(frozen=True)
+class _Route:
+    method: str
+    pattern: re.Pattern[str]
+    handler: Handler
+
+
+def _route(method: str, path: str, handler: Handler) -> _Route:
+    pattern, _, _ = compile_path(path)  # Starlette's own matching, so both agree
+    return _Route(method, pattern, handler)
+
+
+READ_PARTITION_PATH = "/topic/{topic:path}/partition/{partition:path}/records"
+APPEND_PATH = "/topic/{topic:path}/partition/{partition:path}"
+ITERATE_PATH = "/topic/{topic:path}/records"
+
+ROUTES = (  # in FastAPI's order (routes_data), so the same route wins for the same request
+    _route("GET", READ_PARTITION_PATH, read_partition),
+    _route("POST", APPEND_PATH, append),
+    _route("POST", ITERATE_PATH, iterate_topic),
+)
+
+
+class DataPlane:
+    """ASGI app: the data routes directly, everything else through ``app`` (FastAPI)."""
+
+    def __init__(self, app: ASGIApp, state: NodeState) -> None:
+        self.app = app
+        self.state = state
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] == "http" and not scope.get("root_path"):
+            method = scope["method"]
+            path = scope["path"]
+            for route in ROUTES:
+                if route.method != method:
+                    continue
+                match = route.pattern.match(path)
+                if match is not None:
+                    await self._serve(route.handler, match.groupdict(), scope, receive, send)
+                    return
+        await self.app(scope, receive, send)
+
+    async def _serve(
+        self, handler: Handler, params: dict[str, str], scope: Scope, receive: Receive, send: Send
+    ) -> None:
+        request = Request(scope, receive)
+        try:
+            response = await handler(request, self.state, **params)
+        except PlateauError as exc:
+            response = plateau_error_response(exc, request)
+        except Exception as exc:
+            response = unexpected_error_response(exc, request)
+        await response(scope, receive, send)
