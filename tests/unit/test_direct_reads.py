@@ -11,9 +11,10 @@ import pyarrow.ipc as ipc
 import pytest
 
 from plateau.storage.arrow_footer import record_batch_blocks
+from plateau.storage.decoded_cache import DecodedCache
 from plateau.storage.direct_io import open_direct, read_range
 from plateau.storage.sealed import write_sealed
-from plateau.storage.sealed_reader import DecodedCache, SegmentReader
+from plateau.storage.sealed_reader import SegmentReader
 from tests.unit.test_engine_reads import _resident_pages
 
 NESTED = pa.table(

@@ -31,8 +31,8 @@ from plateau.storage.files import BALLAST, Ballast
 from plateau.storage.manifest import Manifest, SegmentRow
 from plateau.storage.names import check_name
 from plateau.storage.partition import Partition
+from plateau.storage.reader_cache import ReaderCache
 from plateau.storage.recovery import recover
-from plateau.storage.sealed_reader import ReaderCache
 from plateau.storage.snapshot import SnapshotWriter
 from plateau.storage.topic_config import TopicConfig, TopicConfigRequest
 from plateau.storage.types import (

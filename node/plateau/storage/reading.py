@@ -19,7 +19,8 @@ import pyarrow.compute as pc
 from plateau.storage.errors import InvalidInput
 from plateau.storage.manifest import SegmentRow
 from plateau.storage.partition import PartitionView
-from plateau.storage.sealed_reader import ReaderCache, SegmentReader
+from plateau.storage.reader_cache import ReaderCache
+from plateau.storage.sealed_reader import SegmentReader
 from plateau.storage.segment import OpenSegment
 from plateau.storage.types import (
     Order,

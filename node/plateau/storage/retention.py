@@ -17,7 +17,7 @@ from pathlib import Path
 from plateau.metrics import RETENTION_DELETED_BYTES, RETENTION_DELETED_SEGMENTS
 from plateau.storage.manifest import Manifest, SegmentRow
 from plateau.storage.partition import Partition
-from plateau.storage.sealed_reader import ReaderCache
+from plateau.storage.reader_cache import ReaderCache
 from plateau.storage.topic_config import RetentionConfig
 
 log = logging.getLogger(__name__)

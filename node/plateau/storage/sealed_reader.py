@@ -21,8 +21,7 @@ import logging
 import os
 import threading
 import weakref
-from collections import OrderedDict
-from concurrent.futures import Executor, Future, ThreadPoolExecutor
+from concurrent.futures import Executor, Future
 from pathlib import Path
 
 import pyarrow as pa
@@ -31,82 +30,18 @@ from prometheus_client import Counter
 
 from plateau.metrics import READ_CHUNKS
 from plateau.storage.arrow_footer import Block, record_batch_blocks
+from plateau.storage.decoded_cache import DecodedCache
 from plateau.storage.direct_io import open_direct, read_range
 from plateau.storage.files import PAGE
 from plateau.storage.sealed import arrow_batches
-from plateau.storage.types import SegmentId
 
 log = logging.getLogger(__name__)
-
-DECODE_THREADS = 2
-"""Decode-ahead threads: two partitions' chunks are read (a direct read waits on the disk)
-and decoded at once."""
 
 READ_AHEAD_BYTES = 8 * 1024 * 1024
 """How far past the chunks a read touches the reader decodes ahead and hints the kernel."""
 
 _DEMAND = READ_CHUNKS.labels(how="demand")
 _AHEAD = READ_CHUNKS.labels(how="ahead")
-
-
-class DecodedCache:
-    """Decoded chunks by ``(segment path, chunk)``, within one byte budget, least recent out.
-
-    Why: topic iteration takes a share of every partition per page, so without
-    it each row group or compressed batch is decoded once per page that
-    touches it (4x for 4 partitions).
-    """
-
-    def __init__(self, budget_bytes: int) -> None:
-        self._lock = threading.Lock()
-        self._budget = budget_bytes
-        self._size = 0
-        self._chunks: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
-        self._by_key: dict[str, set[int]] = {}
-
-    @property
-    def budget(self) -> int:
-        return self._budget
-
-    def get(self, key: str, chunk: int) -> pa.Table | None:
-        with self._lock:
-            table = self._chunks.get((key, chunk))
-            if table is not None:
-                self._chunks.move_to_end((key, chunk))
-            return table
-
-    def __contains__(self, item: tuple[str, int]) -> bool:
-        with self._lock:
-            return item in self._chunks
-
-    def put(self, key: str, chunk: int, table: pa.Table) -> None:
-        size = table.nbytes
-        with self._lock:
-            self._pop_locked(key, chunk)
-            if size > self._budget:
-                return
-            self._chunks[(key, chunk)] = table
-            self._by_key.setdefault(key, set()).add(chunk)
-            self._size += size
-            while self._size > self._budget:
-                (old_key, old_chunk), _ = next(iter(self._chunks.items()))
-                self._pop_locked(old_key, old_chunk)
-
-    def drop(self, key: str) -> None:
-        """Forget every chunk of ``key`` (its segment was closed or deleted)."""
-        with self._lock:
-            for chunk in list(self._by_key.get(key, ())):
-                self._pop_locked(key, chunk)
-
-    def _pop_locked(self, key: str, chunk: int) -> None:
-        old = self._chunks.pop((key, chunk), None)
-        if old is None:
-            return
-        self._size -= old.nbytes
-        chunks = self._by_key[key]
-        chunks.discard(chunk)
-        if not chunks:
-            del self._by_key[key]
 
 
 class SegmentReader:
@@ -441,92 +376,3 @@ def _batch_rows(path: Path) -> list[int]:
 
 def _chunk_of(starts: list[int], row: int) -> int:
     return bisect.bisect_right(starts, row) - 1
-
-
-class ReaderCache:
-    """Open readers by segment id, least recently used evicted first.
-
-    Owns the thread that passes the readers' page-cache hints to the kernel
-    and the one that decodes ahead.
-    """
-
-    def __init__(
-        self,
-        capacity: int = 32,
-        decoded_bytes: int = 64 * 1024 * 1024,
-        drop_pages: bool = True,
-        decode_ahead: bool = True,
-        direct_reads: bool = True,
-    ) -> None:
-        self._lock = threading.Lock()
-        self._drop_pages = drop_pages
-        self._direct = direct_reads
-        self._capacity = capacity
-        self._decoded = DecodedCache(decoded_bytes)
-        self._readers: OrderedDict[SegmentId, SegmentReader] = OrderedDict()
-        self._hints = ThreadPoolExecutor(max_workers=1, thread_name_prefix="read-hints")
-        self._decoder = (
-            ThreadPoolExecutor(max_workers=DECODE_THREADS, thread_name_prefix="decode-ahead")
-            if decode_ahead and decoded_bytes > 0
-            else None
-        )
-
-    def get(self, segment_id: SegmentId, path: Path, fmt: str) -> SegmentReader:
-        with self._lock:
-            reader = self._readers.get(segment_id)
-            if reader is not None:
-                self._readers.move_to_end(segment_id)
-                return reader
-        reader = SegmentReader(
-            path, fmt, self._decoded, self._drop_pages, self._hints, self._decoder, self._direct
-        )
-        with self._lock:
-            raced = self._readers.get(segment_id)
-            if raced is not None:  # opened by another thread meanwhile: keep one
-                reader.close()
-                self._readers.move_to_end(segment_id)
-                return raced
-            self._readers[segment_id] = reader
-            while len(self._readers) > self._capacity:
-                _, old = self._readers.popitem(last=False)
-                old.close()
-        return reader
-
-    def prefetch(self, segment_id: SegmentId, path: Path, fmt: str) -> None:
-        """Open a segment and decode its first chunk in the background (the next one a scan
-        reaches), so that crossing into it does not stall the page that does."""
-        if self._decoder is None:
-            return
-        with self._lock:
-            reader = self._readers.get(segment_id)
-        if reader is not None:
-            reader.decode_ahead(0)
-            return
-        with contextlib.suppress(RuntimeError):  # shut down: the node is closing
-            self._decoder.submit(self._open_ahead, segment_id, path, fmt)
-
-    def _open_ahead(self, segment_id: SegmentId, path: Path, fmt: str) -> None:
-        with contextlib.suppress(OSError, pa.ArrowException):  # deleted meanwhile: nothing to do
-            self.get(segment_id, path, fmt).decode_ahead(0)
-
-    def open_readers(self) -> int:
-        with self._lock:
-            return len(self._readers)
-
-    def evict(self, segment_id: SegmentId) -> None:
-        """Drop a deleted segment's reader; a read in flight keeps its file until it ends."""
-        with self._lock:
-            reader = self._readers.pop(segment_id, None)
-        if reader is not None:
-            self._decoded.drop(reader.key)
-
-    def close(self) -> None:
-        """Drop pending hints and decodes, and close every reader (engine shutdown)."""
-        if self._decoder is not None:
-            self._decoder.shutdown(wait=True, cancel_futures=True)
-        self._hints.shutdown(wait=True, cancel_futures=True)
-        with self._lock:
-            readers = list(self._readers.values())
-            self._readers.clear()
-        for reader in readers:
-            reader.close()
