@@ -147,7 +147,7 @@ def test_a_forward_read_finds_the_next_chunks_decoded_ahead(tmp_path: Path, fmt:
         cache.close()
 
 
-def test_reaching_a_segments_last_chunk_opens_and_decodes_the_next_segment(
+def test_nearing_a_segments_end_opens_and_decodes_the_next_segment(
     make_engine: EngineFactory,
 ) -> None:
     e = make_engine()
@@ -156,7 +156,7 @@ def test_reaching_a_segments_last_chunk_opens_and_decodes_the_next_segment(
         append_retrying(e, "t", "0", rows(i * 1000, (i + 1) * 1000))
     wait_for(lambda: len(e._topics["t"].partitions["0"].view().sealed) >= 2)
     demand, ahead = _chunks_decoded("demand"), _chunks_decoded("ahead")
-    result = e.read_partition("t", "0", 0, 10)  # the first segment's one and last chunk
+    result = e.read_partition("t", "0", 0, 10)  # near the first segment's end (it is small)
     assert result.span == Span(0, 10)
     wait_for(lambda: _chunks_decoded("ahead") >= ahead + 1)
     got = e.read_partition("t", "0", 1000, 10)  # the second segment: decoded ahead

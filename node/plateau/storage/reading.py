@@ -50,7 +50,7 @@ class _Source:
     """A run of rows ``[first, end)`` with one schema, readable by offset.
 
     A sealed source knows the sealed segment after it (``then``): once a read
-    reaches its last chunk, that one is opened and decoded ahead.
+    comes near its end, that one is opened and decoded ahead.
     """
 
     def __init__(
@@ -75,7 +75,7 @@ class _Source:
         if isinstance(reader, pa.Table):
             return reader.slice(offset, count)
         table = reader.read(offset, count)
-        if self._then is not None and reader.in_last_chunk(offset + count):
+        if self._then is not None and reader.near_end(offset + count):
             self._then()
             self._then = None
         return table

@@ -167,9 +167,16 @@ class SegmentReader:
     def chunks(self) -> int:
         return len(self._starts) - 1
 
-    def in_last_chunk(self, offset: int) -> bool:
-        """Whether row ``offset`` is in (or past) the segment's last chunk."""
-        return offset >= self._starts[-2] if self.chunks else True
+    def near_end(self, offset: int) -> bool:
+        """Whether row ``offset`` is within the last ``READ_AHEAD_BYTES`` of the file.
+
+        From there on a forward read opens the next segment ahead: opening a
+        cold arrow segment (its footer, its batches' row counts) takes about
+        16 ms, longer than the last chunk alone takes to read.
+        """
+        if offset >= self.rows:
+            return True
+        return self._offset(_chunk_of(self._starts, offset)) + READ_AHEAD_BYTES >= self._size
 
     def read(self, offset: int, count: int) -> pa.Table:
         """Rows ``[offset, offset + count)`` of the segment."""
