@@ -47,6 +47,7 @@ from common import (
     system_busy_s,
     usage,
 )
+from plateau.settings import ServerSettings
 
 TOPIC = "bench"
 DISTINCT_BODIES = 32
@@ -475,7 +476,12 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
     total_rows = sum(p.rows for p in phases)
     total_write = exit_info.write_bytes if exit_info else 0
     seg_max_bytes = int(seg.get("max_bytes", 64 * MiB))
-    buffers_mb = 2 * seg_max_bytes * args.partitions / MiB
+    # what the node is configured to hold: an open and a sealing segment per partition, and
+    # the append bodies in flight (server.max_inflight_bytes)
+    inflight = int(
+        node_env.get("PLATEAU_SERVER__MAX_INFLIGHT_BYTES", ServerSettings().max_inflight_bytes)
+    )
+    buffers_mb = (2 * seg_max_bytes * args.partitions + inflight) / MiB
     result: dict[str, Any] = {
         "format": args.format,
         "compressible": args.compressible,

@@ -6,6 +6,7 @@ Names follow Prometheus conventions (``_total`` counters, ``_seconds`` and
 
 from __future__ import annotations
 
+import pyarrow as pa
 from prometheus_client import Counter, Gauge, Histogram
 
 APPENDED_ROWS = Counter("plateau_appended_rows_total", "Rows acknowledged", ["topic"])
@@ -57,3 +58,9 @@ READ_CHUNKS = Counter(
     "(in the background, before a read asked) or on demand (a read waited for it)",
     ["how"],
 )
+ARROW_ALLOCATED_BYTES = Gauge(
+    "plateau_arrow_allocated_bytes",
+    "Bytes held in Arrow's memory pool (open segments, decoded reads, seals in progress); "
+    "the rest of the node's RSS is Python, request bodies and the allocator's free lists",
+)
+ARROW_ALLOCATED_BYTES.set_function(lambda: float(pa.total_allocated_bytes()))
