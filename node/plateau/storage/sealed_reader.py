@@ -118,7 +118,9 @@ class SegmentReader:
         """Open the file; returns the rows of each chunk."""
         self._source = pa.OSFile(str(path))
         if fmt == "parquet":
-            self._parquet = pq.ParquetFile(self._source)
+            # no pre-buffering: it keeps the last row group's raw bytes (about 8 MiB) in each
+            # open reader, 256 MiB over 32 readers, on top of the decoded cache
+            self._parquet = pq.ParquetFile(self._source, pre_buffer=False)
             meta = self._parquet.metadata
             self.schema: pa.Schema = self._parquet.schema_arrow
             groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
