@@ -142,25 +142,24 @@ def test_a_direct_scan_reads_every_row_and_leaves_no_pages_cached(tmp_path: Path
         reader.close()
 
 
+def _assert_read_buffered(path: Path, table: pa.Table) -> None:
+    reader = SegmentReader(path, "arrow", DecodedCache(1 << 20), direct=True)
+    try:
+        assert not reader.direct
+        assert reader.read(0, table.num_rows).equals(table)
+    finally:
+        reader.close()
+
+
 def test_dictionary_columns_and_tmpfs_are_read_through_the_page_cache(tmp_path: Path) -> None:
     dictionary = pa.table({"k": pa.array(["a", "b", "a"] * 100).dictionary_encode()})
     path = _disk_dir(tmp_path) / "dict.arrow"
     write_sealed(path, dictionary, "arrow", "lz4")
-    reader = SegmentReader(path, "arrow", DecodedCache(1 << 20), direct=True)
-    try:
-        assert not reader.direct
-        assert reader.read(0, 300).equals(dictionary)
-    finally:
-        reader.close()
+    _assert_read_buffered(path, dictionary)
     shm = Path("/dev/shm")
     with tempfile.TemporaryDirectory(dir=shm if shm.is_dir() else None) as d:
         path = Path(d) / "seg.arrow"
         write_sealed(path, NESTED, "arrow", "lz4")
         if open_direct(path) is not None:
             return  # this machine's /dev/shm takes O_DIRECT: nothing to fall back from
-        reader = SegmentReader(path, "arrow", DecodedCache(1 << 20), direct=True)
-        try:
-            assert not reader.direct
-            assert reader.read(0, 300).equals(NESTED)
-        finally:
-            reader.close()
+        _assert_read_buffered(path, NESTED)
