@@ -10,7 +10,8 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
 
-from plateau.storage.arrow_footer import record_batch_blocks
+from plateau.storage.arrow_footer import Block, record_batch_blocks
+from plateau.storage.arrow_footer import batch_rows as footer_batch_rows
 from plateau.storage.decoded_cache import DecodedCache
 from plateau.storage.direct_io import open_direct, read_range
 from plateau.storage.sealed import write_sealed
@@ -48,6 +49,30 @@ def test_footer_blocks_are_the_record_batches(
         for i, block in enumerate(blocks):
             message = ipc.read_message(pa.py_buffer(os.pread(fd, block.length, block.offset)))
             assert ipc.read_record_batch(message, reader.schema).equals(reader.get_batch(i))
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.parametrize("compression", [None, "lz4"])
+@pytest.mark.parametrize("batch_rows", [1, 7, 300])
+def test_batch_row_counts_come_from_the_metadata_alone(
+    tmp_path: Path, compression: str | None, batch_rows: int
+) -> None:
+    path = tmp_path / "f.arrow"
+    options = ipc.IpcWriteOptions(compression=compression)
+    with ipc.new_file(str(path), NESTED.schema, options=options) as writer:
+        writer.write_batch(NESTED.to_batches()[0].slice(0, 0))  # an empty batch too
+        writer.write_table(NESTED, max_chunksize=batch_rows)
+    reader = ipc.open_file(str(path))
+    expected = [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
+    assert expected[0] == 0 and sum(expected) == NESTED.num_rows
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        assert footer_batch_rows(fd, record_batch_blocks(fd)) == expected
+        blocks = record_batch_blocks(fd)
+        broken = [Block(b.offset + 8, b.meta_length, 0) for b in blocks]
+        with pytest.raises(ValueError):
+            footer_batch_rows(fd, broken)  # not where a message starts
     finally:
         os.close(fd)
 

@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 from prometheus_client import Counter
 
 from plateau.metrics import READ_CHUNKS
-from plateau.storage.arrow_footer import Block, record_batch_blocks
+from plateau.storage.arrow_footer import Block, batch_rows, record_batch_blocks
 from plateau.storage.decoded_cache import DecodedCache
 from plateau.storage.direct_io import open_direct, read_range
 from plateau.storage.files import PAGE
@@ -95,7 +95,7 @@ class SegmentReader:
         self._group_ends: list[int] = []
         self._batches: list[pa.RecordBatch] = []
         self._file_reader: pa.ipc.RecordBatchFileReader | None = None
-        self._blocks: list[Block] = []  # with a direct descriptor: where each batch lies
+        self._blocks: list[Block] = []  # where each batch lies (from the footer)
         self._direct_fd: int | None = None
         self._fd = os.open(path, os.O_RDONLY)
         # closes the descriptor when the reader is dropped without close() (evicted after
@@ -133,22 +133,23 @@ class SegmentReader:
             self._batches, self.schema = arrow_batches(self._source)
             return [b.num_rows for b in self._batches]
         self.schema = self._file_reader.schema
-        return _batch_rows(path)
+        try:
+            blocks = record_batch_blocks(self._fd)
+            if len(blocks) != self._file_reader.num_record_batches:
+                raise ValueError("the footer's blocks are not the reader's batches")
+            counts = batch_rows(self._fd, blocks)
+        except (OSError, ValueError):
+            return _batch_rows(path)
+        self._blocks = blocks
+        return counts
 
     def _open_direct(self, path: Path, batches: int) -> None:
         """Read batches with ``O_DIRECT`` where the file and its schema allow it."""
-        if _has_dictionary(self.schema):
+        if _has_dictionary(self.schema) or len(self._blocks) != batches:
             return  # a dictionary batch is needed to decode: pyarrow's reader has them
-        try:
-            blocks = record_batch_blocks(self._fd)
-        except (OSError, ValueError):
-            return
-        if len(blocks) != batches:
-            return
         fd = open_direct(path)
         if fd is None:
             return
-        self._blocks = blocks
         self._direct_fd = fd
         self._close_direct = weakref.finalize(self, _close_quietly, fd)
 
@@ -172,9 +173,9 @@ class SegmentReader:
     def near_end(self, offset: int) -> bool:
         """Whether row ``offset`` is within the last ``READ_AHEAD_BYTES`` of the file.
 
-        From there on a forward read opens the next segment ahead: opening a
-        cold arrow segment (its footer, its batches' row counts) takes about
-        16 ms, longer than the last chunk alone takes to read.
+        From there on a forward read opens the next segment ahead (a cold
+        parquet footer or arrow batch metadata is a disk read or two), and its
+        first chunk is decoded before the read reaches it.
         """
         if offset >= self.rows:
             return True
@@ -366,13 +367,14 @@ def _close_quietly(fd: int) -> None:
 
 
 def _batch_rows(path: Path) -> list[int]:
-    """Rows of each batch of an Arrow file, reading little more than the metadata.
+    """Rows of each batch of an Arrow file whose footer ``arrow_footer`` cannot read.
 
-    Why only the first column: decoding every batch read (and
-    decompressed) the whole segment from disk before the first page of a
-    history read went out, 300-430 ms per 64 MiB segment. Decoding only the
-    first column through a descriptor advised ``RANDOM`` (no read-ahead) reads
-    about 2 MiB of it and takes about 16 ms cold.
+    (``arrow_footer.batch_rows`` reads only the batches' metadata: about 1 ms
+    for a cold 64 MiB segment.) Why only the first column: decoding every
+    batch read (and decompressed) the whole segment from disk before the first
+    page of a history read went out, 300-430 ms per 64 MiB segment. Decoding
+    only the first column through a descriptor advised ``RANDOM`` (no
+    read-ahead) reads about 2 MiB of it and takes 12-16 ms cold.
     """
     fd = os.open(path, os.O_RDONLY)
     with os.fdopen(fd, "rb", buffering=0) as raw:
