@@ -13,7 +13,6 @@ from typing import Annotated
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
-from plateau.metrics import REJECTED_APPENDS
 from plateau.server.errors import Unauthorized
 from plateau.server.state import node_state
 
@@ -57,20 +56,10 @@ async def require_write(request: Request, credentials: Credentials) -> None:
     _check(credentials, state.write_tokens)
 
 
-async def require_append(request: Request, credentials: Credentials) -> None:
-    """Like ``require_write``, and a refused append is counted as ``unauthorized``."""
-    try:
-        await require_write(request, credentials)
-    except Unauthorized:
-        REJECTED_APPENDS.labels(reason="unauthorized").inc()
-        raise
-
-
 async def require_read(request: Request, credentials: Credentials) -> None:
     state = node_state(request)
     _check(credentials, state.read_tokens)
 
 
 WriteAccess = Depends(require_write)
-AppendAccess = Depends(require_append)
 ReadAccess = Depends(require_read)

@@ -25,7 +25,6 @@ costs one thread hop.
 from __future__ import annotations
 
 import json
-import logging
 import re
 import time
 from collections.abc import Awaitable, Callable
@@ -64,8 +63,6 @@ from plateau.storage.errors import PlateauError
 from plateau.storage.names import check_name
 from plateau.storage.types import PartitionRead, Span, TimeRange
 
-log = logging.getLogger("plateau.server")
-
 MAX_CURSOR_BYTES = 1024 * 1024
 MAX_PAGE_SIZE = 10_000
 DEFAULT_PAGE_SIZE = 1000
@@ -102,8 +99,8 @@ def _times(request: Request) -> TimeRange | None:
     return time_range(query.get("time.start"), query.get("time.end"))
 
 
-def _check_read(request: Request, state: NodeState) -> None:
-    check_token(bearer_token(request.headers.get("authorization")), state.read_tokens)
+def _check_token(request: Request, accepted: list[bytes]) -> None:
+    check_token(bearer_token(request.headers.get("authorization")), accepted)
 
 
 # --- read a partition ------------------------------------------------------------------
@@ -112,7 +109,7 @@ def _check_read(request: Request, state: NodeState) -> None:
 async def read_partition(
     request: Request, state: NodeState, topic: str, partition: str
 ) -> Response:
-    _check_read(request, state)
+    _check_token(request, state.read_tokens)
     check_name("topic", topic)
     check_name("partition", partition)
     start = int_param(request.query_params, "start", None, low=0)
@@ -161,8 +158,7 @@ def _read_partition(
 
 async def append(request: Request, state: NodeState, topic: str, partition: str) -> Response:
     try:
-        token = bearer_token(request.headers.get("authorization"))
-        check_token(token, state.write_tokens)
+        _check_token(request, state.write_tokens)
         check_name("topic", topic)
         check_name("partition", partition)
         media = append_media_type(request.headers.get("content-type"))
@@ -196,7 +192,7 @@ def _append(
 
 
 async def iterate_topic(request: Request, state: NodeState, topic: str) -> Response:
-    _check_read(request, state)
+    _check_token(request, state.read_tokens)
     check_name("topic", topic)
     query = request.query_params
     limit = _page_size(request)

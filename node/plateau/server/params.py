@@ -34,10 +34,8 @@ def int_param(
             raise InvalidInput(f"query parameter {name} is required")
         return default
     bounds = f"from {low} to {high}" if high is not None else f"of at least {low}"
-    try:
-        value = int(text.strip()) if _INTEGER.fullmatch(text.strip()) else None
-    except ValueError:
-        value = None
+    digits = text.strip()
+    value = int(digits) if _INTEGER.fullmatch(digits) else None
     if value is None or value < low or (high is not None and value > high):
         raise InvalidInput(f"query parameter {name}: must be an integer {bounds}, got {text!r}")
     return value

@@ -106,7 +106,7 @@ class SegmentReader:
         try:
             counts = self._open(path, fmt)
             if direct and self._file_reader is not None:
-                self._open_direct(path, len(counts))
+                self._open_direct(path)
         except BaseException:
             self._close_fd()
             raise
@@ -143,10 +143,10 @@ class SegmentReader:
         self._blocks = blocks
         return counts
 
-    def _open_direct(self, path: Path, batches: int) -> None:
+    def _open_direct(self, path: Path) -> None:
         """Read batches with ``O_DIRECT`` where the file and its schema allow it."""
-        if _has_dictionary(self.schema) or len(self._blocks) != batches:
-            return  # a dictionary batch is needed to decode: pyarrow's reader has them
+        if not self._blocks or _has_dictionary(self.schema):
+            return  # no footer blocks, or a dictionary batch needed: pyarrow's reader reads it
         fd = open_direct(path)
         if fd is None:
             return
