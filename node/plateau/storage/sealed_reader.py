@@ -62,10 +62,11 @@ class SegmentReader:
     host page fault. Pages that are not mapped can be dropped and never count
     as the node's RSS.
 
-    Arrow chunk offsets are estimated from row positions (rows are of similar
-    size within a segment); a wrong guess costs only a wasted or a missing
-    hint or a page read twice, never a wrong read. Parquet offsets are exact
-    (the footer has them).
+    Chunk offsets come from the file's footer (parquet row groups, arrow
+    blocks). Only an arrow file sealed in place without a footer has them
+    estimated from row positions (rows are of similar size within a segment);
+    a wrong guess there costs only a wasted or a missing hint, never a wrong
+    read.
     """
 
     def __init__(
@@ -92,7 +93,7 @@ class SegmentReader:
         self.fmt = fmt
         self._source: pa.NativeFile | None = None
         self._parquet: pq.ParquetFile | None = None
-        self._group_ends: list[int] = []
+        self._ends: list[int] = []  # file offset past each chunk, where the file says it
         self._batches: list[pa.RecordBatch] = []
         self._file_reader: pa.ipc.RecordBatchFileReader | None = None
         self._blocks: list[Block] = []  # where each batch lies (from the footer)
@@ -124,7 +125,7 @@ class SegmentReader:
             meta = self._parquet.metadata
             self.schema: pa.Schema = self._parquet.schema_arrow
             groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
-            self._group_ends = [_row_group_end(g) for g in groups]
+            self._ends = [_row_group_end(g) for g in groups]
             return [g.num_rows for g in groups]
         try:
             self._file_reader = pa.ipc.open_file(self._source)
@@ -141,6 +142,7 @@ class SegmentReader:
         except (OSError, ValueError):
             return _batch_rows(path)
         self._blocks = blocks
+        self._ends = [block.offset + block.length for block in blocks]
         return counts
 
     def _open_direct(self, path: Path) -> None:
@@ -270,9 +272,9 @@ class SegmentReader:
         """File offset where ``chunk`` starts (past the last chunk: the file's size)."""
         if chunk >= self.chunks:
             return self._size
-        if self._parquet is not None:
-            return self._group_ends[chunk - 1] if chunk > 0 else 0
-        return self._size * self._starts[chunk] // self.rows
+        if self._ends:
+            return self._ends[chunk - 1] if chunk > 0 else 0
+        return self._size * self._starts[chunk] // self.rows  # rows are of similar size
 
     def _drop_pages(self, chunk: int) -> None:
         """Drop a decoded chunk's pages from the page cache: the decoded copy is what is kept.
