@@ -12,6 +12,12 @@ footer, a small FlatBuffer defined by Arrow's ``File.fbs``::
     table Footer { version: short; schema: Schema; dictionaries: [Block];
                    recordBatches: [Block]; custom_metadata: [KeyValue]; }
 
+Each block's metadata (``Message.fbs``) also gives its batch's row count,
+which readers need at open: ``table Message { version; header: MessageHeader
+(a union: type, then table); bodyLength; ... }`` with ``table RecordBatch {
+length: long; ... }``. Reading those few hundred bytes per batch is far
+cheaper than decoding a column of each batch to count its rows.
+
 Every failure is ``ValueError``; callers then read through pyarrow instead.
 """
 
