@@ -8,6 +8,7 @@ import socket
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -42,6 +43,7 @@ class NodeProcess:
         read_token: str | None = None,
         env: dict[str, str] | None = None,
         args: list[str] | None = None,
+        preexec: Callable[[], None] | None = None,
     ) -> None:
         self.data_dir = data_dir
         self.token = token
@@ -50,6 +52,7 @@ class NodeProcess:
         self.url = f"http://127.0.0.1:{self.port}"
         self.extra_env = env or {}
         self.extra_args = args or []
+        self.preexec = preexec  # run in the child before exec (e.g. enter a memory cgroup)
         self.proc: subprocess.Popen[bytes] | None = None
         self.log_path = data_dir.parent / f"{data_dir.name}-node.log"
 
@@ -71,7 +74,9 @@ class NodeProcess:
         if self.token:
             cmd += ["--token", self.token]
         log = self.log_path.open("ab")
-        self.proc = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT)
+        self.proc = subprocess.Popen(
+            cmd, env=env, stdout=log, stderr=subprocess.STDOUT, preexec_fn=self.preexec
+        )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
@@ -92,7 +97,8 @@ class NodeProcess:
         return {"Authorization": f"Bearer {tok}"} if tok else {}
 
     def client(self, **kwargs: Any) -> httpx.Client:
-        return httpx.Client(base_url=self.url, headers=self.headers(), timeout=30.0, **kwargs)
+        kwargs.setdefault("timeout", 30.0)
+        return httpx.Client(base_url=self.url, headers=self.headers(), **kwargs)
 
     def kill(self) -> None:
         """SIGKILL: no shutdown hook runs, as in a crash."""

@@ -6,8 +6,13 @@ Names follow Prometheus conventions (``_total`` counters, ``_seconds`` and
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import pyarrow as pa
 from prometheus_client import Counter, Gauge, Histogram
+
+if TYPE_CHECKING:
+    from plateau.storage.memory import MemoryBudget
 
 APPENDED_ROWS = Counter("plateau_appended_rows_total", "Rows acknowledged", ["topic"])
 APPENDED_BYTES = Counter(
@@ -32,6 +37,24 @@ RETENTION_DELETED_BYTES = Counter(
 )
 TOPIC_BYTES = Gauge("plateau_topic_bytes", "Bytes stored on disk per topic", ["topic"])
 TOPIC_BUDGET_BYTES = Gauge("plateau_topic_budget_bytes", "Retention budget per topic", ["topic"])
+EARLY_SEALS = Counter(
+    "plateau_early_seals_total",
+    "Open segments sealed before their limits because open segments filled half of their "
+    "share of the memory budget",
+)
+MEMORY_BUDGET_BYTES = Gauge(
+    "plateau_memory_budget_bytes", "The node's memory budget (storage.memory_budget_bytes)"
+)
+MEMORY_LIMIT_BYTES = Gauge(
+    "plateau_memory_limit_bytes",
+    "Each part's share of the memory budget (open_segments, read_cache, bodies)",
+    ["part"],
+)
+MEMORY_USED_BYTES = Gauge(
+    "plateau_memory_used_bytes",
+    "Bytes each part of the memory budget holds now (open_segments, read_cache, bodies)",
+    ["part"],
+)
 FSYNC_SECONDS = Histogram(
     "plateau_fsync_seconds",
     "Duration of one group-commit fsync",
@@ -64,3 +87,18 @@ ARROW_ALLOCATED_BYTES = Gauge(
     "the rest of the node's RSS is Python, request bodies and the allocator's free lists",
 )
 ARROW_ALLOCATED_BYTES.set_function(lambda: float(pa.total_allocated_bytes()))
+
+
+def export_memory_metrics(memory: MemoryBudget) -> None:
+    """Read the budget's parts at scrape time (the node's one budget; the last one wins)."""
+    MEMORY_BUDGET_BYTES.set(memory.total)
+    for part in ("open_segments", "read_cache", "bodies"):
+
+        def used(part: str = part) -> float:
+            return float(memory.parts()[part]["used"])
+
+        def limit(part: str = part) -> float:
+            return float(memory.parts()[part]["limit"])
+
+        MEMORY_USED_BYTES.labels(part).set_function(used)
+        MEMORY_LIMIT_BYTES.labels(part).set_function(limit)

@@ -113,6 +113,27 @@ class StorageSettings(BaseModel):
         "of the next segment) on a background thread while a reader goes forward through "
         "history, so that its pages do not wait for decoding. Needs read_cache_bytes.",
     )
+    memory_budget_bytes: int | None = Field(
+        default=None,
+        gt=0,
+        description="One budget for the node's data in memory: open segments, the decoded "
+        "read cache and append bodies in flight (see the README: sizing memory). Unset: the "
+        "container's memory limit (cgroup v2 or v1) minus memory_overhead_bytes, or without a "
+        "limit a quarter of the machine's memory.",
+    )
+    memory_overhead_bytes: int = Field(
+        default=384 * MiB,
+        ge=0,
+        description="What the process needs beside the budget (Python, libraries, seal and "
+        "reply buffers); subtracted from the container's memory limit for the default budget.",
+    )
+    stall_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="/healthz and /readyz answer 503 when engine work (appends, reads, topic "
+        "changes, seals, background ticks) is in progress and none of it finished for this "
+        "long: a wedged node fails its liveness probe and is restarted.",
+    )
     auto_create_topics: bool = Field(
         default=True, description="Create a topic with the defaults on its first append."
     )

@@ -121,4 +121,7 @@ def test_data_plane_and_fastapi_routes_answer_alike(tmp_path: Path) -> None:
 
     via_plane, via_fastapi = asyncio.run(scenario())
     assert [status for status, _ in via_plane] == [200, 401, 415, 400, 400, 400, 404, 400, 400, 405]
-    assert via_plane == via_fastapi
+    # the topic was deleted in between: its indexes continue, they are never reused
+    assert via_plane[0] == (200, {"span": {"start": 0, "end": 2}})
+    assert via_fastapi[0] == (200, {"span": {"start": 2, "end": 4}})
+    assert via_plane[1:] == via_fastapi[1:]

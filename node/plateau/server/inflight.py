@@ -12,6 +12,10 @@ partition: nothing of it is stored, the client retries.
 A lone body is always admitted (when nothing else is in flight), so a budget
 below ``max_request_bytes`` slows big writers down instead of locking them out.
 
+The limit is the bodies' part of the node's memory budget
+(``plateau.storage.memory``): ``min(server.max_inflight_bytes, budget / 4)``;
+what is held is reported there for ``/metrics`` and ``GET /admin/node``.
+
 Used only on the event loop's thread, so it needs no lock.
 """
 
@@ -21,14 +25,26 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from plateau.storage.errors import Busy
+from plateau.storage.memory import MemoryBudget
 
 RETRY_AFTER_SECONDS = 1.0
 
 
 class BodyBudget:
-    def __init__(self, limit: int) -> None:
+    def __init__(self, limit: int, memory: MemoryBudget | None = None) -> None:
         self.limit = limit
-        self.used = 0
+        self._used = 0
+        self._memory = memory
+
+    @property
+    def used(self) -> int:
+        return self._used
+
+    @used.setter
+    def used(self, value: int) -> None:
+        self._used = value
+        if self._memory is not None:
+            self._memory.bodies = value
 
     @asynccontextmanager
     async def hold(self) -> AsyncIterator[Reservation]:
@@ -56,7 +72,8 @@ class Reservation:
         if others > 0 and budget.used + extra > budget.limit:
             raise Busy(
                 f"node busy: {others} bytes of other append bodies are in memory and this one "
-                f"({size} bytes) would pass server.max_inflight_bytes ({budget.limit}); "
+                f"({size} bytes) would pass their share of memory ({budget.limit}: "
+                "server.max_inflight_bytes, at most a quarter of storage.memory_budget_bytes); "
                 "retry after Retry-After seconds",
                 retry_after=RETRY_AFTER_SECONDS,
             )

@@ -76,6 +76,19 @@ class TopicStatus(TopicConfig):
     usage: TopicUsageModel
 
 
+class MemoryPartModel(BaseModel):
+    used: int = Field(description="Bytes held now.")
+    limit: int = Field(description="This part's share of the budget.")
+
+
+class MemoryModel(BaseModel):
+    budget_bytes: int = Field(description="storage.memory_budget_bytes in force.")
+    source: str = Field(description="configured, cgroup (container limit) or machine.")
+    parts: dict[str, MemoryPartModel] = Field(
+        description="open_segments, read_cache and bodies: what each holds and may hold."
+    )
+
+
 class NodeUsageModel(BaseModel):
     capacity_bytes: int = Field(description="Bytes the node may allocate to topic budgets.")
     reserve_bytes: int = Field(description="Part of capacity kept free of budgets.")
@@ -83,6 +96,7 @@ class NodeUsageModel(BaseModel):
     used_bytes: int = Field(description="Bytes stored.")
     free_disk_bytes: int = Field(description="Free space on the data volume.")
     topics: int
+    memory: MemoryModel
 
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {

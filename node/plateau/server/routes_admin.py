@@ -122,5 +122,16 @@ async def delete_topic(request: Request, topic: str) -> Response:
     responses={401: ERROR_RESPONSES[401]},
 )
 async def node_usage(request: Request) -> Response:
-    usage = await run_in_threadpool(node_state(request).engine.node_usage)
-    return json_reply(dataclasses.asdict(usage))
+    engine = node_state(request).engine
+    usage = await run_in_threadpool(engine.node_usage)
+    memory = engine.memory
+    return json_reply(
+        {
+            **dataclasses.asdict(usage),
+            "memory": {
+                "budget_bytes": memory.total,
+                "source": memory.source,
+                "parts": memory.parts(),
+            },
+        }
+    )

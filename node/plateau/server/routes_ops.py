@@ -18,19 +18,33 @@ async def ok() -> Response:
     return json_reply({"ok": "true", "status": "ok"})
 
 
-@router.get("/healthz", summary="Liveness: the process answers")
-async def healthz() -> Response:
+@router.get(
+    "/healthz",
+    summary="Liveness: the engine makes progress",
+    description="503 when engine work is in progress and none of it finished for "
+    "`storage.stall_seconds` (a wedged node): the kubelet should restart the pod.",
+    responses={503: {"description": "The engine is stalled."}},
+)
+async def healthz(request: Request) -> Response:
+    # On the event loop, not a worker thread: with every worker stuck the answer must still come.
+    stall = node_state(request).engine.progress.stall()
+    if stall is not None:
+        return error_response(503, stall.message())
     return json_reply({"status": "ok"})
 
 
 @router.get(
     "/readyz",
-    summary="Readiness: the engine is open and the node is not shutting down",
-    responses={503: {"description": "Starting or shutting down."}},
+    summary="Readiness: the engine is open, makes progress, and the node is not shutting down",
+    responses={503: {"description": "Starting, shutting down or stalled."}},
 )
 async def readyz(request: Request) -> Response:
-    if not node_state(request).ready:
+    state = node_state(request)
+    if not state.ready:
         return error_response(503, "not ready: the node is starting or shutting down")
+    stall = state.engine.progress.stall()
+    if stall is not None:
+        return error_response(503, stall.message())
     return json_reply({"status": "ready"})
 
 

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from starlette.requests import Request
 
+from plateau.metrics import export_memory_metrics
 from plateau.server.inflight import BodyBudget
 from plateau.server.page_ahead import PageAhead
 from plateau.settings import NodeSettings
@@ -24,7 +25,11 @@ class NodeState:
     pages: PageAhead = field(init=False)
 
     def __post_init__(self) -> None:
-        self.bodies = BodyBudget(self.settings.server.max_inflight_bytes)
+        memory = self.engine.memory
+        self.bodies = BodyBudget(
+            memory.reserve_bodies(self.settings.server.max_inflight_bytes), memory
+        )
+        export_memory_metrics(memory)
         self.pages = PageAhead(self.engine, self.settings.server.iterate_ahead)
         auth = self.settings.auth
         token = auth.token.get_secret_value().encode() if auth.token else None

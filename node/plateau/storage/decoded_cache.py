@@ -28,6 +28,10 @@ class DecodedCache:
         self._chunks: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
         self._by_key: dict[str, set[int]] = {}
 
+    @property
+    def used(self) -> int:
+        return self._size
+
     def get(self, key: str, chunk: int) -> pa.Table | None:
         with self._lock:
             table = self._chunks.get((key, chunk))

@@ -11,26 +11,39 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import itertools
 import logging
 import shutil
 import sqlite3
 import threading
 import time
+import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO
+from typing import IO, Any, TypeVar
 
 import pyarrow as pa
 
-from plateau.metrics import APPENDED_BYTES, APPENDED_ROWS, TOPIC_BUDGET_BYTES, TOPIC_BYTES
+from plateau.metrics import (
+    APPENDED_BYTES,
+    APPENDED_ROWS,
+    EARLY_SEALS,
+    TOPIC_BUDGET_BYTES,
+    TOPIC_BYTES,
+)
 from plateau.settings import StorageSettings
 from plateau.storage import reading, retention
 from plateau.storage.errors import Conflict, InsufficientStorage, NotFound, Unavailable
 from plateau.storage.files import BALLAST, Ballast
+from plateau.storage.group_commit import GroupCommit
+from plateau.storage.locks import Rank, ranked
 from plateau.storage.manifest import Manifest, SegmentRow
+from plateau.storage.memory import MemoryBudget, default_budget
 from plateau.storage.names import check_name
-from plateau.storage.partition import Partition
+from plateau.storage.partition import Partition, PartitionContext
+from plateau.storage.progress import Progress
 from plateau.storage.reader_cache import ReaderCache
 from plateau.storage.recovery import recover
 from plateau.storage.snapshot import SnapshotWriter
@@ -52,6 +65,8 @@ from plateau.storage.validation import prepare
 
 log = logging.getLogger(__name__)
 ENOSPC = 28
+READ_ATTEMPTS = 3
+R = TypeVar("R")
 
 
 @dataclass
@@ -59,11 +74,22 @@ class Topic:
     name: str
     config: TopicConfig
     partitions: dict[str, Partition] = field(default_factory=dict)
-    lock: threading.Lock = field(default_factory=threading.Lock)
+    lock: Any = field(default_factory=lambda: ranked(Rank.TOPIC, "topic"))  # the dict only
+    retention_lock: Any = field(default_factory=lambda: ranked(Rank.RETENTION, "retention"))
+    deleted: bool = False  # set under retention_lock by delete_topic
 
 
 class Engine:
-    """Owns the manifest, every partition writer, retention and the snapshot."""
+    """Owns the manifest, every partition writer, retention and the snapshot.
+
+    Locks, in the order they may be taken (``plateau.storage.locks`` checks it
+    in debug runs): ``_admin_lock`` (topic create/update/delete and new
+    partitions, one at a time; they write the manifest and run retention under
+    it, appends never wait for it) -> a topic's ``retention_lock`` -> a
+    partition's lock -> the manifest's lock ->
+    ``_topics_lock`` and a topic's ``lock``, which guard only their dicts: no
+    I/O, retention or sealing ever happens under them.
+    """
 
     def __init__(self, settings: StorageSettings) -> None:
         self.settings = settings
@@ -71,22 +97,39 @@ class Engine:
         (self.data_dir / "topics").mkdir(parents=True, exist_ok=True)
         self._lock_file = _lock_data_dir(self.data_dir)
         self._ballast = Ballast(self.data_dir / BALLAST, settings.ballast_bytes)
+        self.memory = MemoryBudget(
+            default_budget(settings.memory_budget_bytes, settings.memory_overhead_bytes),
+            settings.read_cache_bytes,
+        )
         self._cache = ReaderCache(
-            decoded_bytes=settings.read_cache_bytes,
+            decoded_bytes=self.memory.read_cache_limit,
             # without a decoded cache, the next page would read the dropped pages again
-            drop_pages=settings.drop_read_pages and settings.read_cache_bytes > 0,
+            drop_pages=settings.drop_read_pages and self.memory.read_cache_limit > 0,
             decode_ahead=settings.decode_ahead,
             direct_reads=settings.direct_reads,
         )
+        self.memory.read_cache_used = self._cache.decoded_bytes
+        self.progress = Progress(settings.stall_seconds)
         self._snapshot = SnapshotWriter(self.data_dir)
+        self._snapshot_requests = itertools.count(1)
+        self._snapshot_commit = GroupCommit(self._write_snapshot, timed=False)
         self._sealer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sealer")
-        self._lock = threading.RLock()
-        self._retention_lock = threading.Lock()
-        self._snapshot_lock = threading.Lock()
+        self._admin_lock = ranked(Rank.ADMIN, "engine.admin")
+        self._topics_lock = ranked(Rank.TOPICS, "engine.topics")
+        self._relieving = threading.Event()  # one thread at a time seals early
         self._relaxed = settings.durability.mode == "relaxed"
         self._closed = threading.Event()
         self._topics: dict[str, Topic] = {}
         self._manifest, recovered = self._open_and_recover()
+        self._ctx = PartitionContext(
+            self.data_dir,
+            self._manifest,
+            self._sealer,
+            self._on_sealed,
+            WritePolicy(self._relaxed, settings.drop_written_pages),
+            self.memory,
+            self.progress,
+        )
         for name, config in self._manifest.topics().items():
             topic = Topic(name, config)
             for pname, next_index in self._manifest.partitions(name).items():
@@ -95,8 +138,8 @@ class Engine:
                 )
             self._topics[name] = topic
             TOPIC_BUDGET_BYTES.labels(name).set(config.retention.max_bytes)
-        for name in self._topics:
-            self._enforce(name, publish=False)
+        for topic in self._topics.values():
+            self._enforce(topic, publish=False)
         self._publish_snapshot()
         self._timer = threading.Thread(target=self._tick_loop, name="retention", daemon=True)
         self._timer.start()
@@ -124,17 +167,7 @@ class Engine:
     ) -> Partition:
         if sealed:
             next_index = Index(max(next_index, sealed[-1].end_index))
-        return Partition(
-            topic,
-            name,
-            self.data_dir,
-            self._manifest,
-            self._sealer,
-            self._on_sealed,
-            WritePolicy(self._relaxed, self.settings.drop_written_pages),
-            next_index,
-            sealed,
-        )
+        return Partition(topic, name, self._ctx, next_index, sealed)
 
     def close(self) -> None:
         """Stop background work, seal open segments durably, close the manifest."""
@@ -142,9 +175,7 @@ class Engine:
             return
         self._closed.set()
         self._timer.join(timeout=10)
-        with self._lock:
-            parts = [p for t in self._topics.values() for p in t.partitions.values()]
-        for p in parts:
+        for p in self._all_partitions():
             try:
                 p.close()
             except Exception:
@@ -157,12 +188,19 @@ class Engine:
 
     # --- topics -----------------------------------------------------------------
     def topics(self) -> list[str]:
-        with self._lock:
+        with self._topics_lock:
             return sorted(self._topics)
+
+    def _current(self) -> list[Topic]:
+        with self._topics_lock:
+            return list(self._topics.values())
+
+    def _all_partitions(self) -> list[Partition]:
+        return [p for t in self._current() for p in _partitions(t)]
 
     def _topic(self, topic: str) -> Topic:
         check_name("topic", topic)
-        with self._lock:
+        with self._topics_lock:
             t = self._topics.get(topic)
         if t is None:
             raise NotFound(f"topic {topic!r} does not exist")
@@ -179,31 +217,37 @@ class Engine:
     def put_topic(self, topic: str, request: TopicConfigRequest) -> tuple[TopicConfig, bool]:
         """Create or update; returns (config, created). 409 if the budget does not fit."""
         check_name("topic", topic)
-        with self._lock:
+        with self.progress.track(f"put topic {topic}"), self._admin_lock:
+            return self._put_topic_admin(topic, request)
+
+    def _put_topic_admin(self, topic: str, request: TopicConfigRequest) -> tuple[TopicConfig, bool]:
+        with self._topics_lock:
             existing = self._topics.get(topic)
-            created = existing is None
-            base = existing.config if existing else self.settings.topic_defaults
-            config = request.apply_to(base)
-            self._check_budget(topic, config)
-            partitions = [str(i) for i in range(config.partitions)]
-            self._manifest.put_topic(topic, config, partitions)
-            if existing is None:
-                existing = Topic(topic, config)
-                self._topics[topic] = existing
-            existing.config = config
-            with existing.lock:
-                for p in partitions:
-                    if p not in existing.partitions:
-                        existing.partitions[p] = self._partition(topic, p, Index(0), [])
+        defaults = self.settings.topic_defaults
+        config = request.apply_to(existing.config if existing else defaults, defaults)
+        if existing is not None and config.partitions < existing.config.partitions:
+            raise Conflict(
+                f"topic {topic!r} has {existing.config.partitions} partitions and partitions "
+                f"never decrease (asked: {config.partitions}); records stay at their indexes"
+            )
+        self._check_budget(topic, config)
+        names = [str(i) for i in range(config.partitions)]
+        next_indexes = self._manifest.put_topic(topic, config, names)
+        t = existing or Topic(topic, config)
+        have = set(_partitions_by_name(t))
+        added = {p: self._partition(topic, p, next_indexes[p], []) for p in names if p not in have}
+        with t.lock:
+            t.config = config
+            t.partitions.update(added)
+        with self._topics_lock:
+            self._topics[topic] = t
         TOPIC_BUDGET_BYTES.labels(topic).set(config.retention.max_bytes)
-        self._enforce(topic, publish=True)  # a lowered budget takes effect at once
-        return config, created
+        self._enforce(t, publish=True)  # a lowered budget takes effect at once
+        return config, existing is None
 
     def _check_budget(self, topic: str, config: TopicConfig) -> None:
         cap, reserve = self.capacity()
-        others = sum(
-            t.config.retention.max_bytes for name, t in self._topics.items() if name != topic
-        )
+        others = sum(t.config.retention.max_bytes for t in self._current() if t.name != topic)
         allowed = cap - reserve
         if others + config.retention.max_bytes > allowed:
             raise Conflict(
@@ -213,27 +257,38 @@ class Engine:
             )
 
     def delete_topic(self, topic: str) -> None:
-        """Remove the topic and all its data. NotFound if it does not exist."""
-        t = self._topic(topic)
-        with self._lock:
-            self._topics.pop(topic, None)
-        for p in t.partitions.values():
-            p.abort()
-            for row in p.view().sealed:
-                self._cache.evict(row.id)
-        self._manifest.delete_topic(topic)
-        shutil.rmtree(self.data_dir / "topics" / topic, ignore_errors=True)
+        """Remove the topic and all its data. NotFound if it does not exist.
+
+        Its partitions' next indexes stay in the manifest, so a topic created
+        again under the name continues from them: an index is never reused.
+        """
+        check_name("topic", topic)
+        with self.progress.track(f"delete topic {topic}"), self._admin_lock:
+            with self._topics_lock:
+                t = self._topics.pop(topic, None)
+            if t is None:
+                raise NotFound(f"topic {topic!r} does not exist")
+            with t.retention_lock:
+                t.deleted = True
+                parts = _partitions(t)
+                for p in parts:
+                    p.abort()  # no append or seal touches its files after this
+                self._manifest.delete_topic(topic, {p.name: p.next_index for p in parts})
+                trash = _move_to_trash(self.data_dir / "topics" / topic)
+            for p in parts:
+                for row in p.view().sealed:
+                    self._cache.evict(row.id)
+            self._publish_snapshot()
+        if trash is not None:
+            shutil.rmtree(trash, ignore_errors=True)
         for metric in (TOPIC_BYTES, TOPIC_BUDGET_BYTES):
             with contextlib.suppress(KeyError):
                 metric.remove(topic)
-        self._publish_snapshot()
 
     def topic_usage(self, topic: str) -> TopicUsage:
         t = self._topic(topic)
         usage = TopicUsage(bytes=0, records=0)
-        with t.lock:
-            parts = dict(t.partitions)
-        for name, p in sorted(parts.items()):
+        for name, p in sorted(_partitions_by_name(t).items()):
             view = p.view()
             nbytes = sum(r.bytes for r in view.sealed) + sum(s.nbytes for s, _ in view.pending)
             records = view.end - view.start
@@ -246,17 +301,19 @@ class Engine:
 
     def node_usage(self) -> NodeUsage:
         cap, reserve = self.capacity()
-        with self._lock:
-            names = list(self._topics)
-            allocated = sum(t.config.retention.max_bytes for t in self._topics.values())
-        used = sum(self.topic_usage(n).bytes for n in names)
+        topics = self._current()
+        allocated = sum(t.config.retention.max_bytes for t in topics)
+        used = 0
+        for t in topics:
+            with contextlib.suppress(NotFound):  # deleted meanwhile
+                used += self.topic_usage(t.name).bytes
         return NodeUsage(
             capacity_bytes=cap,
             reserve_bytes=reserve,
             allocated_bytes=allocated,
             used_bytes=used,
             free_disk_bytes=shutil.disk_usage(self.data_dir).free,
-            topics=len(names),
+            topics=len(topics),
         )
 
     # --- data -------------------------------------------------------------------
@@ -269,45 +326,81 @@ class Engine:
         check_name("partition", partition)
         if self._closed.is_set():
             raise Unavailable("the node is shutting down")
-        t = self._topic_for_append(topic)
-        table = prepare(table, t.config.segment.format)
-        self._check_free_space()
-        p = self._partition_for_append(t, partition)
-        try:
-            span = p.append(table, t.config.segment)
-        except (OSError, sqlite3.OperationalError) as exc:
-            if _disk_full(exc):
-                raise InsufficientStorage(
-                    f"volume full while appending to {topic}/{partition}: the append was not "
-                    "stored; writes are refused until retention or an operator frees space, "
-                    "reads go on"
-                ) from exc
-            raise
+        with self.progress.track(f"append {topic}/{partition}"):
+            t = self._topic_for_append(topic)
+            table = prepare(table, t.config.segment.format)
+            self._check_free_space()
+            p = self._partition_for_append(t, partition)
+            try:
+                span = p.append(table, t.config.segment)
+            except (OSError, sqlite3.OperationalError) as exc:
+                if _disk_full(exc):
+                    raise InsufficientStorage(
+                        f"volume full while appending to {topic}/{partition}: the append was "
+                        "not stored; writes are refused until retention or an operator frees "
+                        "space, reads go on"
+                    ) from exc
+                raise
         APPENDED_ROWS.labels(topic).inc(table.num_rows)
         APPENDED_BYTES.labels(topic).inc(table.nbytes)
+        if self.memory.seal_early_excess():
+            self._seal_early()
         return span
 
     def _topic_for_append(self, topic: str) -> Topic:
-        with self._lock:
+        with self._topics_lock:
             t = self._topics.get(topic)
-            if t is not None:
-                return t
-            if not self.settings.auto_create_topics:
-                raise NotFound(
-                    f"topic {topic!r} does not exist and auto-creation is off; "
-                    "create it with PUT /admin/topics/{topic}"
-                )
-            self.put_topic(topic, TopicConfigRequest())
-            return self._topics[topic]
+        if t is not None:
+            return t
+        if not self.settings.auto_create_topics:
+            raise NotFound(
+                f"topic {topic!r} does not exist and auto-creation is off; "
+                "create it with PUT /admin/topics/{topic}"
+            )
+        with self._admin_lock:
+            with self._topics_lock:
+                t = self._topics.get(topic)
+            if t is None:
+                self._put_topic_admin(topic, TopicConfigRequest())
+                with self._topics_lock:
+                    t = self._topics[topic]
+            return t
 
     def _partition_for_append(self, t: Topic, partition: str) -> Partition:
         with t.lock:
             p = t.partitions.get(partition)
-            if p is None:
-                self._manifest.add_partition(t.name, partition)
-                p = self._partition(t.name, partition, Index(0), [])
-                t.partitions[partition] = p
+        if p is not None:
             return p
+        with self._admin_lock:  # a new partition: rare, and a manifest write
+            if t.deleted:
+                raise NotFound(f"topic {t.name!r} was deleted")
+            with t.lock:
+                p = t.partitions.get(partition)
+            if p is None:
+                next_index = self._manifest.add_partition(t.name, partition)
+                p = self._partition(t.name, partition, next_index, [])
+                with t.lock:
+                    t.partitions[partition] = p
+            return p
+
+    def _seal_early(self) -> None:
+        """Memory is short: hand the largest open segments to the sealer, one thread at a time."""
+        if self._relieving.is_set():
+            return
+        self._relieving.set()
+        try:
+            excess = self.memory.seal_early_excess()
+            parts = self._all_partitions()
+            parts.sort(key=lambda p: p.open_bytes(), reverse=True)
+            for p in parts:
+                if excess <= 0:
+                    break
+                handed = p.roll_early()
+                if handed:
+                    EARLY_SEALS.inc()
+                    excess -= handed
+        finally:
+            self._relieving.clear()
 
     def _check_free_space(self) -> None:
         free = shutil.disk_usage(self.data_dir).free
@@ -328,13 +421,19 @@ class Engine:
     ) -> PartitionRead:
         """Up to ``limit`` durable records from index ``start`` on, one schema per reply."""
         check_name("partition", partition)
-        t = self._topic(topic)
-        p = t.partitions.get(partition)
-        if p is None:
-            return PartitionRead(pa.table({}), None, RecordStatus.ALL)
-        return reading.read_range(
-            p.view(), self.data_dir, self._cache, start, limit, time_range, max_bytes
-        )
+
+        def read() -> PartitionRead:
+            t = self._topic(topic)
+            with t.lock:
+                p = t.partitions.get(partition)
+            if p is None:
+                return PartitionRead(pa.table({}), None, RecordStatus.ALL)
+            return reading.read_range(
+                p.view(), self.data_dir, self._cache, start, limit, time_range, max_bytes
+            )
+
+        with self.progress.track(f"read {topic}/{partition}"):
+            return self._retrying_deleted(read)
 
     def iterate_topic(
         self,
@@ -347,60 +446,74 @@ class Engine:
         max_bytes: int | None = None,
     ) -> TopicRead:
         """One page of records across partitions, continuing from ``cursor``."""
-        t = self._topic(topic)
         for name in cursor:
             check_name("partition", name)
-        with t.lock:
-            parts = dict(t.partitions)
-        names = reading.select_partitions(list(parts), partition_filter)
-        return reading.iterate(
-            {n: parts[n].view() for n in names},
-            self.data_dir,
-            self._cache,
-            cursor,
-            limit,
-            order,
-            time_range,
-            max_bytes,
-        )
+
+        def read() -> TopicRead:
+            parts = _partitions_by_name(self._topic(topic))
+            names = reading.select_partitions(list(parts), partition_filter)
+            return reading.iterate(
+                {n: parts[n].view() for n in names},
+                self.data_dir,
+                self._cache,
+                cursor,
+                limit,
+                order,
+                time_range,
+                max_bytes,
+            )
+
+        with self.progress.track(f"iterate {topic}"):
+            return self._retrying_deleted(read)
+
+    def _retrying_deleted(self, read: Callable[[], R]) -> R:
+        """A read whose segment retention (or a topic deletion) removed meanwhile starts over.
+
+        The view it took named a file that is gone; a fresh view no longer does
+        (or the topic is gone: NotFound).
+        """
+        for _ in range(READ_ATTEMPTS - 1):
+            try:
+                return read()
+            except FileNotFoundError:
+                continue
+        return read()
 
     # --- background -------------------------------------------------------------
     def _on_sealed(self, topic: str) -> None:
-        self._enforce(topic, publish=True)
-
-    def _enforce(self, topic: str, publish: bool) -> int:
-        """Retention for one topic; with ``publish`` the snapshot is always republished."""
-        with self._lock:
+        with self._topics_lock:
             t = self._topics.get(topic)
-        if t is None:
-            return 0
-        with self._retention_lock:
-            with t.lock:
-                parts = list(t.partitions.values())
+        if t is not None:
+            self._enforce(t, publish=True)
+
+    def _enforce(self, t: Topic, publish: bool) -> int:
+        """Retention for one topic; with ``publish`` the snapshot is always republished."""
+        with t.retention_lock:
+            if t.deleted:
+                return 0
+            parts = _partitions(t)
             doomed = retention.enforce(
-                topic, parts, t.config.retention, self._manifest, self._cache, self.data_dir
+                t.name, parts, t.config.retention, self._manifest, self._cache, self.data_dir
             )
-            if doomed or publish:
-                self._publish_snapshot()
-            for path in doomed:
-                path.unlink(missing_ok=True)
-        TOPIC_BYTES.labels(topic).set(sum(r.bytes for p in parts for r in p.view().sealed))
+        TOPIC_BYTES.labels(t.name).set(sum(r.bytes for p in parts for r in p.view().sealed))
+        if doomed or publish:
+            self._publish_snapshot()  # no longer names the doomed files: now they may go
+        for path in doomed:
+            path.unlink(missing_ok=True)
         return len(doomed)
 
     def _publish_snapshot(self) -> None:
-        with self._snapshot_lock:
-            self._publish_snapshot_locked()
+        """Return once a snapshot taken after this call is written; one write serves many."""
+        request = next(self._snapshot_requests)
+        self._snapshot_commit.written(request)
+        self._snapshot_commit.wait(request)
 
-    def _publish_snapshot_locked(self) -> None:
-        """Collect and write under one lock, so an older view never overwrites a newer one."""
+    def _write_snapshot(self) -> None:
+        """Collect and write; GroupCommit runs one at a time, so an older view never wins."""
         doc: dict[str, object] = {}
-        with self._lock:
-            topics = list(self._topics.values())
-        for t in topics:
-            with t.lock:
-                parts = dict(t.partitions)
+        for t in self._current():
             pdoc: dict[str, object] = {}
-            for name, p in sorted(parts.items()):
+            for name, p in sorted(_partitions_by_name(t).items()):
                 sealed = p.view().sealed
                 pdoc[name] = {
                     "start": sealed[0].first_index if sealed else 0,
@@ -418,27 +531,53 @@ class Engine:
         flush_every = self.settings.durability.relaxed_interval_ms / 1000
         last_retention = time.monotonic()
         while not self._closed.wait(flush_every if self._relaxed else min(interval, 1.0)):
-            now = time.monotonic()
-            with self._lock:
-                topics = list(self._topics.values())
-            for t in topics:
-                with t.lock:
-                    parts = list(t.partitions.values())
-                for p in parts:
-                    try:
-                        if self._relaxed:
-                            p.flush()
-                        p.roll_if_old(now)
-                        p.retry_failed_seal()
-                    except Exception:
-                        log.exception("background work on %s/%s failed", p.topic, p.name)
-            if now - last_retention >= interval:
-                last_retention = now
-                for t in topics:
-                    try:
-                        self._enforce(t.name, publish=False)
-                    except Exception:
-                        log.exception("retention of %s failed", t.name)
+            with self.progress.track("background tick"):
+                last_retention = self._tick(interval, last_retention)
+
+    def _tick(self, interval: float, last_retention: float) -> float:
+        now = time.monotonic()
+        topics = self._current()
+        for t in topics:
+            for p in _partitions(t):
+                try:
+                    if self._relaxed:
+                        p.flush()
+                    p.roll_if_old(now)
+                    p.retry_failed_seal()
+                except Exception:
+                    log.exception("background work on %s/%s failed", p.topic, p.name)
+        if now - last_retention < interval:
+            return last_retention
+        for t in topics:
+            try:
+                self._enforce(t, publish=False)
+            except Exception:
+                log.exception("retention of %s failed", t.name)
+        return now
+
+
+def _partitions_by_name(t: Topic) -> dict[str, Partition]:
+    with t.lock:
+        return dict(t.partitions)
+
+
+def _partitions(t: Topic) -> list[Partition]:
+    with t.lock:
+        return list(t.partitions.values())
+
+
+def _move_to_trash(directory: Path) -> Path | None:
+    """Rename a deleted topic's directory away at once; it is removed outside any lock.
+
+    A topic created again under the same name gets a fresh directory, which the
+    slow removal cannot touch. Recovery removes a trash directory left by a crash
+    (its name is no topic name).
+    """
+    if not directory.exists():
+        return None
+    trash = directory.with_name(f".deleted-{directory.name}-{uuid.uuid4().hex}")
+    directory.rename(trash)
+    return trash
 
 
 def _disk_full(exc: BaseException) -> bool:

@@ -11,6 +11,10 @@ Durability ordering (kept by the callers, checked by recovery):
   leaves a file without a row, which recovery removes.
 * ``partitions.next_index`` only grows (``MAX`` on update), so an index is
   never handed out twice, also after retention deleted every segment.
+* Deleting a topic moves its partitions' next indexes to ``index_floors`` in
+  the same transaction, and a partition created again under the same names
+  starts from there: ``(topic, partition, index)`` names one record forever,
+  also across deletion and re-creation.
 
 WAL mode with ``synchronous=FULL``: one fsync per commit, and commits happen
 per segment (open, seal, delete), never per append.
@@ -19,11 +23,11 @@ per segment (open, seal, delete), never per append.
 from __future__ import annotations
 
 import sqlite3
-import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from plateau.storage.locks import Rank, ranked
 from plateau.storage.topic_config import TopicConfig
 from plateau.storage.types import Index, SegmentId
 
@@ -54,8 +58,21 @@ CREATE TABLE IF NOT EXISTS segments (
     path TEXT,
     sealed_at REAL
 );
+CREATE TABLE IF NOT EXISTS index_floors (
+    topic TEXT NOT NULL,
+    name TEXT NOT NULL,
+    next_index INTEGER NOT NULL,
+    PRIMARY KEY (topic, name)
+);
 CREATE INDEX IF NOT EXISTS segments_by_partition ON segments (topic, partition, first_index);
 """
+
+
+# A partition starts at the floor a deleted topic of the same name left, else at 0.
+_INSERT_PARTITION = (
+    "INSERT OR IGNORE INTO partitions (topic, name, next_index) VALUES (?, ?, COALESCE("
+    "(SELECT next_index FROM index_floors WHERE topic = ? AND name = ?), 0))"
+)
 
 
 @dataclass(frozen=True)
@@ -105,7 +122,7 @@ class Manifest:
     """Serialized access to one SQLite connection shared by all threads."""
 
     def __init__(self, path: Path) -> None:
-        self._lock = threading.Lock()
+        self._lock = ranked(Rank.MANIFEST, "manifest")
         self._db = sqlite3.connect(path, check_same_thread=False, isolation_level=None)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
@@ -121,7 +138,8 @@ class Manifest:
             rows = self._db.execute("SELECT name, config FROM topics ORDER BY name").fetchall()
         return {name: TopicConfig.model_validate_json(cfg) for name, cfg in rows}
 
-    def put_topic(self, name: str, config: TopicConfig, partitions: list[str]) -> None:
+    def put_topic(self, name: str, config: TopicConfig, partitions: list[str]) -> dict[str, Index]:
+        """Store the config, create missing partitions; returns every partition's next index."""
         with self._lock, self._db:
             self._db.execute("BEGIN")
             self._db.execute(
@@ -129,14 +147,22 @@ class Manifest:
                 "ON CONFLICT (name) DO UPDATE SET config = excluded.config",
                 (name, config.model_dump_json(), time.time()),
             )
-            self._db.executemany(
-                "INSERT OR IGNORE INTO partitions (topic, name) VALUES (?, ?)",
-                [(name, p) for p in partitions],
-            )
+            self._db.executemany(_INSERT_PARTITION, [(name, p, name, p) for p in partitions])
+            return self._next_indexes(name)
 
-    def delete_topic(self, name: str) -> None:
+    def delete_topic(self, name: str, next_indexes: dict[str, Index]) -> None:
+        """Delete the topic; keep each partition's next index (the larger of both) as a floor."""
         with self._lock, self._db:
             self._db.execute("BEGIN")
+            for partition, next_index in next_indexes.items():
+                self._advance(name, partition, next_index)
+            self._db.execute(
+                "INSERT INTO index_floors (topic, name, next_index) "
+                "SELECT topic, name, next_index FROM partitions WHERE topic = ? "
+                "ON CONFLICT (topic, name) DO UPDATE SET "
+                "next_index = MAX(index_floors.next_index, excluded.next_index)",
+                (name,),
+            )
             self._db.execute("DELETE FROM segments WHERE topic = ?", (name,))
             self._db.execute("DELETE FROM partitions WHERE topic = ?", (name,))
             self._db.execute("DELETE FROM topics WHERE name = ?", (name,))
@@ -144,16 +170,22 @@ class Manifest:
     # --- partitions -----------------------------------------------------------
     def partitions(self, topic: str) -> dict[str, Index]:
         with self._lock:
-            rows = self._db.execute(
-                "SELECT name, next_index FROM partitions WHERE topic = ?", (topic,)
-            ).fetchall()
+            return self._next_indexes(topic)
+
+    def _next_indexes(self, topic: str) -> dict[str, Index]:
+        rows = self._db.execute(
+            "SELECT name, next_index FROM partitions WHERE topic = ?", (topic,)
+        ).fetchall()
         return {name: Index(n) for name, n in rows}
 
-    def add_partition(self, topic: str, name: str) -> None:
+    def add_partition(self, topic: str, name: str) -> Index:
+        """Create the partition if missing; returns its next index."""
         with self._lock:
-            self._db.execute(
-                "INSERT OR IGNORE INTO partitions (topic, name) VALUES (?, ?)", (topic, name)
-            )
+            self._db.execute(_INSERT_PARTITION, (topic, name, topic, name))
+            (next_index,) = self._db.execute(
+                "SELECT next_index FROM partitions WHERE topic = ? AND name = ?", (topic, name)
+            ).fetchone()
+        return Index(next_index)
 
     # --- segments -------------------------------------------------------------
     def open_segment(self, topic: str, partition: str, fmt: str, first: Index) -> SegmentId:

@@ -27,7 +27,10 @@ import pyarrow as pa
 from plateau.metrics import APPEND_STAGE_SECONDS, SEAL_SECONDS
 from plateau.storage.errors import Busy, InsufficientStorage, NotFound
 from plateau.storage.files import make_dirs, rename_durably
+from plateau.storage.locks import Rank, ranked
 from plateau.storage.manifest import Manifest, SegmentRow
+from plateau.storage.memory import MemoryBudget
+from plateau.storage.progress import Progress
 from plateau.storage.sealed import sealed_name, write_sealed
 from plateau.storage.segment import OpenSegment
 from plateau.storage.topic_config import SegmentConfig
@@ -49,24 +52,33 @@ class PartitionView:
     end: Index
 
 
+@dataclass(frozen=True)
+class PartitionContext:
+    """What every partition of an engine shares."""
+
+    data_dir: Path
+    manifest: Manifest
+    sealer: Executor
+    on_sealed: Callable[[str], None]
+    policy: WritePolicy
+    memory: MemoryBudget
+    progress: Progress
+
+
 class Partition:
     def __init__(
         self,
         topic: str,
         name: str,
-        data_dir: Path,
-        manifest: Manifest,
-        sealer: Executor,
-        on_sealed: Callable[[str], None],
-        policy: WritePolicy,
+        ctx: PartitionContext,
         next_index: Index,
         sealed: list[SegmentRow],
     ) -> None:
         self.topic = topic
         self.name = name
-        self.data_dir = data_dir
-        self.directory = data_dir / "topics" / topic / name
-        self.lock = threading.Lock()
+        self.data_dir = ctx.data_dir
+        self.directory = ctx.data_dir / "topics" / topic / name
+        self.lock = ranked(Rank.PARTITION, f"partition {topic}/{name}")
         self._sealed = threading.Condition(self.lock)
         self.next_index = next_index
         self.sealed = sealed
@@ -74,11 +86,13 @@ class Partition:
         self.sealing: OpenSegment | None = None
         self.seal_error: BaseException | None = None
         self.deleted = False
-        self._manifest = manifest
-        self._sealer = sealer
-        self._on_sealed = on_sealed
-        self._relaxed = policy.relaxed
-        self._drop_pages = policy.drop_written_pages
+        self._manifest = ctx.manifest
+        self._sealer = ctx.sealer
+        self._on_sealed = ctx.on_sealed
+        self._relaxed = ctx.policy.relaxed
+        self._drop_pages = ctx.policy.drop_written_pages
+        self._memory = ctx.memory
+        self._progress = ctx.progress
 
     # --- writing ----------------------------------------------------------------
     def append(self, table: pa.Table, config: SegmentConfig) -> Span:
@@ -107,10 +121,16 @@ class Partition:
                 self._roll_locked()
                 seg = None
                 break
-            if seg is None:
-                seg = self._new_segment_locked(table.schema, config)
+            self._memory.charge(table.nbytes)  # 429 when open segments fill their share
+            try:
+                if seg is None:
+                    seg = self._new_segment_locked(table.schema, config)
+                seq = seg.append(table)
+            except BaseException:
+                self._memory.release(table.nbytes, sealing=False)
+                raise
+            seg.charged += table.nbytes
             start = self.next_index
-            seq = seg.append(table)
             self.next_index = Index(start + table.num_rows)
         written = time.perf_counter()
         _STAGE_WRITE.observe(written - started)
@@ -154,38 +174,65 @@ class Partition:
         if seg.rows == 0:
             self._discard_empty(seg)
             return
-        self.sealing = seg
+        self._hand_to_sealer_locked(seg)
         self._sealer.submit(self._seal, seg)
+
+    def _hand_to_sealer_locked(self, seg: OpenSegment) -> None:
+        self.sealing = seg
+        self._memory.handed_to_sealer(seg.charged)
+
+    def _release(self, seg: OpenSegment) -> None:
+        """Return the segment's rows to the memory budget, once (it is sealed or dropped)."""
+        charged, seg.charged = seg.charged, 0
+        self._memory.release(charged, sealing=seg is self.sealing)
 
     def _discard_empty(self, seg: OpenSegment) -> None:
         seg.finish_file()
         seg.path.unlink(missing_ok=True)
         self._manifest.drop_segment(seg.id)
 
+    def roll_early(self) -> int:
+        """Hand the open segment to the sealer before it is full (memory is short).
+
+        Returns the bytes handed over; 0 when a seal is already running here or
+        nothing is open (the next call, after that seal, will take it).
+        """
+        with self.lock:
+            seg = self.open
+            if seg is None or self.sealing is not None or seg.rows == 0 or self.deleted:
+                return 0
+            self.open = None
+            self._hand_to_sealer_locked(seg)
+        self._sealer.submit(self._seal, seg)
+        return seg.charged
+
     def _seal(self, seg: OpenSegment) -> None:
         """Background: make ``seg`` a sealed file, commit it, then let readers switch to it."""
         started = time.perf_counter()
-        try:
-            row = seal_segment(self.topic, self.name, self.data_dir, seg)
-            self._manifest.seal_segment(row)
-            seg.path.unlink(missing_ok=True)  # the parquet write-ahead file, now redundant
-        except BaseException as exc:
-            log.exception("sealing %s failed; will retry", seg.path)
+        with self._progress.track(f"seal {self.topic}/{self.name}"):
+            try:
+                row = seal_segment(self.topic, self.name, self.data_dir, seg)
+                self._manifest.seal_segment(row)
+                seg.path.unlink(missing_ok=True)  # the parquet write-ahead file, now redundant
+            except BaseException as exc:
+                log.exception("sealing %s failed; will retry", seg.path)
+                with self.lock:
+                    self.seal_error = exc
+                    self._sealed.notify_all()
+                return
+            SEAL_SECONDS.labels(seg.config.format).observe(time.perf_counter() - started)
             with self.lock:
-                self.seal_error = exc
-            return
-        SEAL_SECONDS.labels(seg.config.format).observe(time.perf_counter() - started)
-        with self.lock:
-            self.sealed.append(row)
-            self.sealing = None
-            self.seal_error = None
-            self._sealed.notify_all()
-        self._on_sealed(self.topic)
+                self.sealed.append(row)
+                self._release(seg)
+                self.sealing = None
+                self.seal_error = None
+                self._sealed.notify_all()
+            self._on_sealed(self.topic)
 
     def retry_failed_seal(self) -> None:
         """Try a failed seal again; clearing the error first makes one thread the retrier."""
         with self.lock:
-            seg = self.sealing if self.seal_error is not None else None
+            seg = self.sealing if self.seal_error is not None and not self.deleted else None
             self.seal_error = None
         if seg is not None:
             self._seal(seg)
@@ -232,16 +279,33 @@ class Partition:
             self._discard_empty(seg)
             return
         with self.lock:
-            self.sealing = seg
+            self._hand_to_sealer_locked(seg)
         self._seal(seg)
 
     def abort(self) -> None:
-        """Stop writing without sealing (topic deletion)."""
+        """Stop writing without sealing (topic deletion); wait for a seal under way.
+
+        After this returns nothing touches the partition's files or manifest rows
+        any more: appends get NotFound, and a seal that was running has committed
+        (or failed), so the caller may delete both.
+        """
         with self.lock:
             self.deleted = True
             seg, self.open = self.open, None
+            if seg is not None:
+                self._release(seg)
+            while self.sealing is not None and self.seal_error is None:
+                self._sealed.wait()
+            if self.sealing is not None:  # its seal failed: it is deleted with the topic
+                self._release(self.sealing)
+                self.sealing = None
         if seg is not None:
             seg.abort()
+
+    def open_bytes(self) -> int:
+        """Bytes of the open segment not yet handed to the sealer (a racy read: a hint)."""
+        seg = self.open
+        return seg.charged if seg is not None and self.sealing is None else 0
 
     # --- reading ----------------------------------------------------------------
     def view(self) -> PartitionView:

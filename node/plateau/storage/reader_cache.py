@@ -47,6 +47,10 @@ class ReaderCache:
             else None
         )
 
+    def decoded_bytes(self) -> int:
+        """Bytes of decoded chunks held now (the read cache's part of the memory budget)."""
+        return self._decoded.used
+
     def get(self, segment_id: SegmentId, path: Path, fmt: str) -> SegmentReader:
         with self._lock:
             reader = self._readers.get(segment_id)

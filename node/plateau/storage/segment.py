@@ -69,6 +69,7 @@ class OpenSegment:
     min_time_ms: int | None = None
     max_time_ms: int | None = None
     drop_pages: bool = True
+    charged: int = 0  # bytes of this segment counted in the node's memory budget
     _handle: _FileHandle = field(init=False)
     _writer: pa.ipc.RecordBatchFileWriter | None = None
     commit: GroupCommit = field(init=False)

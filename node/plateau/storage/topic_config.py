@@ -95,11 +95,16 @@ class SegmentPatch(BaseModel):
 
 
 class TopicConfigRequest(BaseModel):
-    """Body of ``PUT /admin/topics/{t}``: every field optional.
+    """Body of ``PUT /admin/topics/{t}``: every field optional, merged like a JSON merge patch.
 
-    A field left out keeps its current value for an existing topic, or takes
-    the node's default for a new one, so the call is idempotent and a GitOps
-    tool can send only what it manages.
+    * A field left out keeps its current value (a new topic: the node's
+      default), so the call is idempotent and a GitOps tool can send only what
+      it manages.
+    * A field set to ``null`` takes the node's default (``storage.topic_defaults``),
+      as in RFC 7386: ``"max_age_seconds": null`` clears the age limit (the
+      default has none), ``"segment": null`` resets every segment setting.
+    * ``partitions`` never decreases: ``null`` keeps the current count, a
+      smaller number is refused (409).
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -108,13 +113,19 @@ class TopicConfigRequest(BaseModel):
     retention: RetentionPatch | None = None
     segment: SegmentPatch | None = None
 
-    def apply_to(self, base: TopicConfig) -> TopicConfig:
-        """Merge this request onto ``base``; explicit ``null`` for max_age clears it."""
+    def apply_to(self, base: TopicConfig, defaults: TopicConfig) -> TopicConfig:
+        """Merge this request onto ``base``; ``null`` means the value in ``defaults``."""
         data = base.model_dump()
+        default = defaults.model_dump()
+        given = self.model_dump(exclude_unset=True)
         if self.partitions is not None:
             data["partitions"] = self.partitions
-        if self.retention is not None:
-            data["retention"].update(self.retention.model_dump(exclude_unset=True))
-        if self.segment is not None:
-            data["segment"].update(self.segment.model_dump(exclude_unset=True))
+        for section in ("retention", "segment"):
+            if section not in given:
+                continue
+            if given[section] is None:
+                data[section] = default[section]
+                continue
+            for key, value in given[section].items():
+                data[section][key] = default[section][key] if value is None else value
         return TopicConfig.model_validate(data)

@@ -1,0 +1,113 @@
+"""The engine under everything at once, in process: it never stalls, never reuses an index.
+
+Four writers append to one topic whose segments seal every few rows, while
+other threads create, change and delete topics (also by a first append),
+read and iterate, and retention deletes segments all the time. This is how
+the operator uses a node while producers write; it once deadlocked within a
+second (engine lock vs retention lock). Fixed budget: a few seconds; any
+worker that makes no progress for STALL seconds fails the test with every
+thread's stack.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+from collections.abc import Callable
+from pathlib import Path
+
+import pyarrow as pa
+
+from plateau.settings import StorageSettings
+from plateau.storage.engine import Engine
+from plateau.storage.errors import Busy
+from plateau.storage.topic_config import TopicConfigRequest
+from tests.stress import run_stress
+
+SECONDS = 6.0
+STALL = 3.0
+HOT = "hot"
+
+
+def cfg(**kw: object) -> TopicConfigRequest:
+    return TopicConfigRequest.model_validate(kw)
+
+
+def small(n: int = 3) -> pa.Table:
+    return pa.table({"x": pa.array(range(n), pa.int64())})
+
+
+def stress_steps(engine: Engine) -> tuple[dict[str, Callable[[], object]], dict[str, list[int]]]:
+    """The workers; also returns the span starts each writer was given, per partition."""
+    starts: dict[str, list[int]] = {str(p): [] for p in range(4)}
+    counter = itertools.count()
+    budget = itertools.cycle([2_000, 50_000])
+
+    def writer(p: str) -> Callable[[], object]:
+        def step() -> None:
+            with contextlib.suppress(Busy):
+                starts[p].append(engine.append(HOT, p, small()).start)
+
+        return step
+
+    def create_append_delete(prefix: str, explicit: bool) -> Callable[[], object]:
+        def step() -> None:
+            name = f"{prefix}{next(counter) % 4}"
+            if explicit:
+                engine.put_topic(name, cfg(segment={"max_rows": 2}))
+            with contextlib.suppress(Busy):
+                engine.append(name, "0", small())
+            engine.delete_topic(name)
+
+        return step
+
+    def admin() -> None:
+        engine.put_topic(HOT, cfg(retention={"max_bytes": next(budget)}))
+
+    def reader() -> None:
+        engine.read_partition(HOT, "1", 0, 50)
+        engine.iterate_topic(HOT, {}, 100)
+
+    def usage() -> None:
+        engine.node_usage()
+        engine.topic_usage(HOT)
+
+    steps: dict[str, Callable[[], object]] = {f"writer-{p}": writer(p) for p in starts}
+    steps |= {
+        "create": create_append_delete("made", explicit=True),
+        "auto-create": create_append_delete("auto", explicit=False),
+        "admin": admin,
+        "reader": reader,
+        "usage": usage,
+    }
+    return steps, starts
+
+
+def test_engine_never_stalls_under_topic_changes_sealing_and_retention(tmp_path: Path) -> None:
+    settings = StorageSettings(
+        data_dir=tmp_path / "data",
+        capacity_bytes=1 << 40,
+        retention_interval_seconds=0.05,
+        auto_create_topics=True,
+    )
+    engine = Engine(settings)
+    engine.put_topic(
+        HOT,
+        cfg(
+            partitions=4,
+            segment={"max_rows": 5, "format": "arrow"},
+            retention={"max_bytes": 2000},
+        ),
+    )
+    steps, starts = stress_steps(engine)
+    done = threading.Event()
+    try:
+        calls = run_stress(steps, SECONDS, STALL)
+        done.set()
+    finally:
+        if done.is_set():
+            engine.close()
+    assert all(n > 0 for n in calls.values()), calls
+    for p, got in starts.items():
+        assert got == sorted(got) and len(set(got)) == len(got), f"partition {p} reused an index"
