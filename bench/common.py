@@ -22,6 +22,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -205,9 +206,14 @@ class Node:
     """
 
     def __init__(
-        self, data_dir: Path, args: list[str] | None = None, env: dict[str, str] | None = None
+        self,
+        data_dir: Path,
+        args: list[str] | None = None,
+        env: dict[str, str] | None = None,
+        preexec: Callable[[], None] | None = None,
     ) -> None:
         self.data_dir = data_dir
+        self.preexec = preexec
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.args = args or []
@@ -238,7 +244,9 @@ class Node:
             *self.args,
         ]
         with self.log_path.open("ab") as logf:
-            self.proc = subprocess.Popen(cmd, env=env, stdout=logf, stderr=subprocess.STDOUT)
+            self.proc = subprocess.Popen(
+                cmd, env=env, stdout=logf, stderr=subprocess.STDOUT, preexec_fn=self.preexec
+            )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:

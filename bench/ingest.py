@@ -1,8 +1,15 @@
 """Ingest benchmark: writer clients append Arrow batches over HTTP to a real node.
 
     python bench/ingest.py --format arrow|parquet [--compressible] [--duration 20]
-        [--clients 4] [--partitions 4] [--rows-per-batch 10000] [--rate ROWS_PER_S]
+        [--clients/--writers 4] [--partitions 4] [--rows-per-batch 10000] [--rate ROWS_PER_S]
         [--half-rate-check] [--data-dir DIR] [--durability fsync|relaxed]
+        [--memory-limit BYTES] [--baseline-partitions 4] [--baseline-clients 4]
+
+With ``--partitions`` other than ``--baseline-partitions`` a baseline phase runs
+first on its own topic (4 partitions, 4 writers), so the wide run is compared
+with it in the same invocation (``scaling_ratio``). ``--memory-limit`` runs the
+node in a memory cgroup of that size, as a pod, so it takes its memory budget
+from it; the result has the peak RSS against the budget.
 
 Progress goes to stderr; the last stdout line is one JSON object (see
 bench/README.md for every field).
@@ -22,6 +29,9 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.memcg
+
+import httpx
 
 from clients import CLIENTS, Reply, TransportError, open_client
 from common import (
@@ -47,9 +57,12 @@ from common import (
     system_busy_s,
     usage,
 )
-from plateau.settings import ServerSettings
+from plateau.settings import StorageSettings
+from tests.memcg import MemoryCgroup
 
 TOPIC = "bench"
+BASELINE_TOPIC = "bench-baseline"
+NODE_OVERHEAD_BYTES = StorageSettings().memory_overhead_bytes
 DISTINCT_BODIES = 32
 SLOW_S = 0.1  # appends slower than this are reported as stalls on stderr
 
@@ -141,10 +154,11 @@ def _client_loop(
     interval: float | None,
     sequences: list[Iterator[int]],
     stats: ClientStats,
+    topic: str = TOPIC,
 ) -> None:
     """One writer: closed loop (next request when the last is answered) or open loop."""
     headers = {"content-type": ARROW_FILE}
-    paths = [f"/topic/{TOPIC}/partition/{p}" for p in range(partitions)]
+    paths = [f"/topic/{topic}/partition/{p}" for p in range(partitions)]
     client = open_client(kind, url)
     try:
         k = 0
@@ -227,6 +241,7 @@ def run_phase(
     partitions: int,
     duration: float,
     rate: float | None,
+    topic: str = TOPIC,
 ) -> Phase:
     interval = clients * rows_per_body / rate if rate else None
     stats = [ClientStats() for _ in range(clients)]
@@ -248,7 +263,7 @@ def run_phase(
                 deadline,
                 interval,
             ),
-            kwargs={"sequences": sequences, "stats": stats[i]},
+            kwargs={"sequences": sequences, "stats": stats[i], "topic": topic},
             name=f"writer-{i}",
             daemon=True,
         )
@@ -321,7 +336,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--format", choices=["arrow", "parquet"], default="arrow")
     ap.add_argument("--compressible", action="store_true", help="text-like values")
     ap.add_argument("--duration", type=float, default=20.0, help="seconds per phase [20]")
-    ap.add_argument("--clients", type=int, default=4, help="writer threads [4]")
+    ap.add_argument("--clients", "--writers", type=int, default=4, help="writer threads [4]")
+    ap.add_argument(
+        "--baseline-partitions",
+        type=int,
+        default=4,
+        help="with other --partitions, a first phase on this many partitions to compare [4]",
+    )
+    ap.add_argument("--baseline-clients", type=int, default=4, help="its writers [4]")
+    ap.add_argument(
+        "--memory-limit",
+        type=int,
+        default=None,
+        help="run the node in a memory cgroup of this many bytes (needs root)",
+    )
     ap.add_argument(
         "--client",
         choices=CLIENTS,
@@ -391,30 +419,55 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
     if args.durability != "fsync":
         node_args += ["--durability", args.durability]
     node_env = dict(kv.split("=", 1) for kv in args.node_env)
-    node = Node(data_dir, args=node_args, env=node_env)
+    cgroup = MemoryCgroup(args.memory_limit) if args.memory_limit else None
+    node = Node(data_dir, args=node_args, env=node_env, preexec=cgroup.enter if cgroup else None)
     sampler: RssSampler | None = None
     phases: list[Phase] = []
+    baseline: Phase | None = None
+    wide = args.partitions != args.baseline_partitions
     try:
         node.start()
         log(f"node pid {node.pid} on {node.url}")
+        memory = httpx.get(f"{node.url}/admin/node").json()["memory"]
+        log(f"memory budget: {memory}")
         segment: dict[str, Any] = {"format": args.format}
         if args.compression:
             segment["compression"] = args.compression
-        config = create_topic(
-            node.url,
-            TOPIC,
-            {
-                "partitions": args.partitions,
-                "segment": segment,
-                "retention": {"max_bytes": budget},
-            },
-        )
+        topics = [(TOPIC, args.partitions)]
+        if wide:
+            topics.append((BASELINE_TOPIC, args.baseline_partitions))
+        for name, partitions in topics:
+            config = create_topic(
+                node.url,
+                name,
+                {
+                    "partitions": partitions,
+                    "segment": segment,
+                    "retention": {"max_bytes": budget // len(topics)},
+                },
+            )
+            log(f"topic {name}: {config}")
         seg = config.get("config", config).get("segment", {})
-        log(f"topic {TOPIC}: {config}")
         sampler = RssSampler(node.pid).start()
         sampler.sample()
         idle_rss_mb = sampler.peak_mb
         started = time.monotonic()
+        if wide:
+            baseline = run_phase(
+                "baseline",
+                args.client,
+                args.format,
+                node.url,
+                node.pid,
+                bodies,
+                args.rows_per_batch,
+                args.baseline_clients,
+                args.baseline_partitions,
+                args.duration,
+                args.rate,
+                topic=BASELINE_TOPIC,
+            )
+            baseline_peak_rss_mb = sampler.peak_mb
         phases.append(
             run_phase(
                 "unlimited" if args.rate is None else "rate",
@@ -450,6 +503,8 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         sampler.stop()
         log(f"node RSS MiB over time: {sampler.timeline_mb(started)}")
         log("stopping the node (it seals its open segments)")
+        oom_kills = cgroup.oom_kills() if cgroup else None
+        early_seals = int(scrape_metrics(node.url).get("plateau_early_seals_total", 0.0))
         exit_info = node.stop()
     except BaseException:
         log(f"node log tail:\n{node.log()}")
@@ -459,6 +514,8 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
             sampler.stop()
         with contextlib.suppress(Exception):
             node.stop()
+        if cgroup is not None:
+            cgroup.remove()
     size = dir_size(data_dir)
     # the disk of a shared or virtual machine drifts: measure again, now the node is gone,
     # and compare the node to the mean of both measurements
@@ -475,13 +532,6 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
     main_phase = phases[0]
     total_rows = sum(p.rows for p in phases)
     total_write = exit_info.write_bytes if exit_info else 0
-    seg_max_bytes = int(seg.get("max_bytes", 64 * MiB))
-    # what the node is configured to hold: an open and a sealing segment per partition, and
-    # the append bodies in flight (server.max_inflight_bytes)
-    inflight = int(
-        node_env.get("PLATEAU_SERVER__MAX_INFLIGHT_BYTES", ServerSettings().max_inflight_bytes)
-    )
-    buffers_mb = (2 * seg_max_bytes * args.partitions + inflight) / MiB
     result: dict[str, Any] = {
         "format": args.format,
         "compressible": args.compressible,
@@ -510,8 +560,6 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         "peak_rss_anon_mb": round(sampler.peak_anon_bytes / MiB, 1) if sampler else None,
         "peak_rss_file_mb": round(sampler.peak_file_bytes / MiB, 1) if sampler else None,
         "idle_rss_mb": round(idle_rss_mb, 1),
-        "buffers_mb": round(buffers_mb, 1),
-        "rss_target_mb": round(buffers_mb + 300, 1),
         "node_cpu_s": round(main_phase.node_cpu_s, 2),
         "node_cpu_cores": round(main_phase.node_cpu_s / main_phase.elapsed_s, 2),
         "client_cpu_s": round(main_phase.client_cpu_s, 2),
@@ -552,6 +600,32 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
                 **stage_fields(half_phase, "_at_half_rate"),
             }
         )
+    peak = sampler.peak_mb if sampler else 0.0
+    budget_mb = memory["budget_bytes"] / MiB
+    result["memory"] = {
+        "limit_mb": round(args.memory_limit / MiB, 1) if args.memory_limit else None,
+        "budget_mb": round(budget_mb, 1),
+        "budget_source": memory["source"],
+        "overhead_mb": round(NODE_OVERHEAD_BYTES / MiB, 1),
+        "peak_rss_mb": round(peak, 1),
+        "peak_rss_over_budget_mb": round(peak - budget_mb, 1),
+        "within_budget_plus_overhead": peak <= budget_mb + NODE_OVERHEAD_BYTES / MiB,
+        "oom_kills": oom_kills,
+        "early_seals": early_seals,
+    }
+    if baseline is not None:
+        result["baseline"] = {
+            "partitions": args.baseline_partitions,
+            "clients": args.baseline_clients,
+            "rows_per_s": round(baseline.rows_per_s),
+            "p99_ms": round(baseline.p99_ms, 1),
+            "rejected_429": baseline.rejected_429,
+            "peak_rss_mb": round(baseline_peak_rss_mb, 1),
+        }
+        result["scaling_ratio"] = (
+            round(main_phase.rows_per_s / baseline.rows_per_s, 3) if baseline.rows_per_s else None
+        )
+        result["scaling_target"] = 0.8
     if main_phase.first_error:
         result["first_error"] = main_phase.first_error
     return result

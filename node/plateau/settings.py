@@ -122,7 +122,7 @@ class StorageSettings(BaseModel):
         "limit a quarter of the machine's memory.",
     )
     memory_overhead_bytes: int = Field(
-        default=384 * MiB,
+        default=512 * MiB,
         ge=0,
         description="What the process needs beside the budget (Python, libraries, seal and "
         "reply buffers); subtracted from the container's memory limit for the default budget.",

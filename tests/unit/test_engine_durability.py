@@ -134,14 +134,24 @@ def test_retention_keeps_budget_and_never_reuses_indexes(
     for _ in range(12):
         append_retrying(e, "t", "0", payload)
     part = e._topics["t"].partitions["0"]
-    # retention runs right after each seal: the budget holds once the last seal is done
-    wait_for(lambda: part.sealing is None and sum(r.bytes for r in part.view().sealed) <= 30_000)
+
+    def snapshot_paths() -> list[str]:
+        snap = json.loads((e.data_dir / "snapshot.json").read_text())
+        return [s["path"] for s in snap["topics"]["t"]["partitions"]["0"]["segments"]]
+
+    # retention runs right after each seal: the budget holds once the last seal is done,
+    # and the snapshot follows once that pass has published (then it unlinks the files)
+    wait_for(
+        lambda: (
+            part.sealing is None
+            and sum(r.bytes for r in part.view().sealed) <= 30_000
+            and snapshot_paths() == [r.path for r in part.view().sealed]
+        )
+    )
     assert len(part.view().sealed) >= 1
     usage = e.topic_usage("t").partitions["0"]
     assert usage.span.end == 12_000 and usage.span.start > 0
-    snap = json.loads((e.data_dir / "snapshot.json").read_text())
-    segs = snap["topics"]["t"]["partitions"]["0"]["segments"]
-    assert all((e.data_dir / s["path"]).exists() for s in segs)
+    assert all((e.data_dir / path).exists() for path in snapshot_paths())
     # lowering the budget to zero deletes every sealed segment at once...
     e.put_topic("t", TopicConfigRequest.model_validate({"retention": {"max_bytes": 0}}))
     e.close()

@@ -9,17 +9,15 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Any
 
 from fastapi import FastAPI
 from starlette.concurrency import run_in_threadpool
 
-from plateau.server import routes_admin, routes_data, routes_ops
+from plateau.server import openapi, routes_admin, routes_data, routes_ops
 from plateau.server.errors import install_error_handlers
 from plateau.server.state import NodeState
 from plateau.settings import NodeSettings
 from plateau.storage.engine import Engine
-from plateau.storage.topic_config import TopicConfigRequest
 
 DESCRIPTION = """\
 A plateau node: plateau's HTTP API (append Arrow or JSON records to a topic
@@ -59,26 +57,8 @@ def create_app(settings: NodeSettings, engine: Engine, *, close_engine: bool = T
     app.include_router(routes_ops.router)
     app.include_router(routes_data.router)
     app.include_router(routes_admin.router)
-    _document_manual_bodies(app)
+    openapi.complete(app)
     return app
-
-
-def _document_manual_bodies(app: FastAPI) -> None:
-    """Add the schemas of bodies the routes parse themselves (see ``routes_admin``) to OpenAPI."""
-    base = app.openapi
-
-    def openapi() -> dict[str, Any]:
-        if app.openapi_schema is not None:
-            return app.openapi_schema
-        schema = base()
-        components = schema.setdefault("components", {}).setdefault("schemas", {})
-        model = TopicConfigRequest.model_json_schema(ref_template="#/components/schemas/{model}")
-        components.update(model.pop("$defs", {}))
-        components["TopicConfigRequest"] = model
-        app.openapi_schema = schema
-        return schema
-
-    app.openapi = openapi  # type: ignore[method-assign]
 
 
 def _version() -> str:

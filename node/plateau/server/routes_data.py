@@ -86,7 +86,10 @@ async def list_topics(request: Request) -> Response:
     openapi_extra={
         "parameters": [
             _param(
-                "start", {"type": "integer", "minimum": 0}, "First index to read.", required=True
+                "start",
+                {"type": "integer", "minimum": 0, "maximum": 2**63 - 1},
+                "First index to read.",
+                required=True,
             ),
             PAGE_SIZE,
             TIME_START,

@@ -9,7 +9,10 @@ per-request overhead low; the access log is off unless the log level is
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import logging
+import os
+import platform
 import signal
 import socket
 import sys
@@ -96,8 +99,30 @@ class NodeServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
+M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+MMAP_THRESHOLD_BYTES = 1024 * 1024
+
+
+def tune_malloc() -> None:
+    """Give append bodies (Python ``bytes`` of a few MB) back to the kernel when freed.
+
+    glibc raises its mmap threshold each time a large mmapped block is freed
+    (up to 32 MiB), so after the first few bodies every later one comes from
+    the heap arenas, and freed bodies stay in the process as fragmented free
+    space: with 48 writers of 2.6 MB bodies that was about 200 MB of RSS beyond
+    what the node holds. A fixed threshold (which also turns the adjustment
+    off) keeps blocks of 1 MiB and more in their own mappings, unmapped on
+    free. The environment (``MALLOC_MMAP_THRESHOLD_``) overrides it.
+    """
+    if platform.libc_ver()[0] != "glibc" or "MALLOC_MMAP_THRESHOLD_" in os.environ:
+        return
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
+
+
 def run_node(settings: NodeSettings) -> None:
     """Serve until SIGTERM/SIGINT; exits with status 2 and one line on stderr if it cannot start."""
+    tune_malloc()
     level = settings.server.log_level
     logging.basicConfig(
         level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"

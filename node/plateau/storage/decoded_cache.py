@@ -27,6 +27,30 @@ class DecodedCache:
         self._size = 0
         self._chunks: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
         self._by_key: dict[str, set[int]] = {}
+        self._unread: dict[tuple[str, int], int] = {}  # decoded ahead, not read yet
+        self._unread_bytes = 0
+        self._ahead_queued = 0
+        self._mean_chunk = 0.0
+
+    def reserve_ahead(self) -> bool:
+        """Room to decode one more chunk ahead? If so it is counted until ``put``.
+
+        Why: decoding ahead for more readers or partitions than the cache holds
+        (a topic of 64 partitions read at once) evicted chunks decoded ahead
+        before anyone read them: 1 GB/s of decoding for nothing, and the memory
+        churn with it. Chunks decoded ahead and not yet read, and those queued,
+        may take half of the budget.
+        """
+        with self._lock:
+            expected = self._unread_bytes + (self._ahead_queued + 1) * self._mean_chunk
+            if expected > self._budget / 2:
+                return False
+            self._ahead_queued += 1
+            return True
+
+    def unreserve_ahead(self) -> None:
+        with self._lock:
+            self._ahead_queued -= 1
 
     @property
     def used(self) -> int:
@@ -37,19 +61,24 @@ class DecodedCache:
             table = self._chunks.get((key, chunk))
             if table is not None:
                 self._chunks.move_to_end((key, chunk))
+                self._unread_bytes -= self._unread.pop((key, chunk), 0)
             return table
 
     def __contains__(self, item: tuple[str, int]) -> bool:
         with self._lock:
             return item in self._chunks
 
-    def put(self, key: str, chunk: int, table: pa.Table) -> None:
+    def put(self, key: str, chunk: int, table: pa.Table, ahead: bool = False) -> None:
         size = table.nbytes
         with self._lock:
             self._pop_locked(key, chunk)
+            self._mean_chunk += (size - self._mean_chunk) / 8
             if size > self._budget:
                 return
             self._chunks[(key, chunk)] = table
+            if ahead:
+                self._unread[(key, chunk)] = size
+                self._unread_bytes += size
             self._by_key.setdefault(key, set()).add(chunk)
             self._size += size
             while self._size > self._budget:
@@ -66,6 +95,7 @@ class DecodedCache:
         old = self._chunks.pop((key, chunk), None)
         if old is None:
             return
+        self._unread_bytes -= self._unread.pop((key, chunk), 0)
         self._size -= old.nbytes
         chunks = self._by_key[key]
         chunks.discard(chunk)

@@ -31,6 +31,8 @@ from plateau.storage.types import (
     TopicRead,
 )
 
+COMPACT_ABOVE = 4  # copy a read out of buffers over this many times its own size
+
 
 def _time_mask(table: pa.Table, tr: TimeRange) -> pa.ChunkedArray:
     col = table.column("time")
@@ -73,12 +75,28 @@ class _Source:
         offset = start - self.first
         reader = self._reader
         if isinstance(reader, pa.Table):
-            return reader.slice(offset, count)
+            return _compact(reader.slice(offset, count))
         table = reader.read(offset, count)
         if self._then is not None and reader.near_end(offset + count):
             self._then()
             self._then = None
-        return table
+        return _compact(table)
+
+
+def _compact(table: pa.Table) -> pa.Table:
+    """A copy of ``table`` when it is a small slice of much larger buffers.
+
+    A slice keeps everything it was cut from alive for as long as the reply
+    that holds it, outside any memory budget: a decoded row group of a sealed
+    segment, or the whole append body an open segment's batch was decoded from
+    (Arrow IPC is read without copying). A topic page takes a few rows of every
+    partition, so with 64 partitions one page pinned 64 row groups or bodies
+    (hundreds of MB), and pages prepared ahead pinned more. The copy costs
+    about what encoding the reply does once more, for the rows in the reply only.
+    """
+    if table.num_rows and table.get_total_buffer_size() > COMPACT_ABOVE * table.nbytes:
+        return table.take(pa.array(range(table.num_rows), pa.int32()))
+    return table
 
 
 def _sources(

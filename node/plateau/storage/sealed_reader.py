@@ -202,13 +202,20 @@ class SegmentReader:
         if (self._key, chunk) in self._cache:
             return
         with self._state_lock:
-            if chunk in self._pending:
+            if chunk in self._pending or not self._cache.reserve_ahead():
                 return
             try:
-                future = self._decoder.submit(self._decode_into_cache, chunk, _AHEAD)
+                future = self._decoder.submit(self._decode_ahead, chunk)
             except RuntimeError:  # shut down: the node is closing
+                self._cache.unreserve_ahead()
                 return
             self._pending[chunk] = future
+
+    def _decode_ahead(self, chunk: int) -> pa.Table:
+        try:
+            return self._decode_into_cache(chunk, _AHEAD)
+        finally:
+            self._cache.unreserve_ahead()
 
     def _chunk(self, chunk: int) -> pa.Table:
         """One decoded chunk: cached, awaited from the decoder, or decoded here."""
@@ -228,7 +235,7 @@ class SegmentReader:
                 if self._closed:
                     raise ValueError(f"segment reader of {self._key} is closed")
                 table = self._decode(chunk)
-            self._cache.put(self._key, chunk, table)
+            self._cache.put(self._key, chunk, table, ahead=counter is _AHEAD)
             counter.inc()
             self._drop_pages(chunk)
             return table
