@@ -133,7 +133,7 @@ def test_retention_keeps_budget_and_never_reuses_indexes(
     payload = pa.table({"v": pa.array([os.urandom(20) for _ in range(1000)], pa.binary())})
     for _ in range(12):
         append_retrying(e, "t", "0", payload)
-    part = e._topics["t"].partitions["0"]
+    part = e._topic("t").partitions["0"]
 
     def snapshot_paths() -> list[str]:
         snap = json.loads((e.data_dir / "snapshot.json").read_text())
@@ -163,7 +163,7 @@ def test_retention_keeps_budget_and_never_reuses_indexes(
 def test_relaxed_durability_acknowledges_and_flushes(make_engine: EngineFactory) -> None:
     e = make_engine(durability={"mode": "relaxed", "relaxed_interval_ms": 20})
     assert e.append("t", "0", rows(0, 3)) == Span(0, 3)
-    seg = e._topics["t"].partitions["0"].open
+    seg = e._topic("t").partitions["0"].open
     assert seg is not None
     wait_for(lambda: seg.commit.synced == 3)
 
@@ -178,7 +178,7 @@ def test_segments_seal_by_age_and_age_retention_deletes(make_engine: EngineFacto
     )
     old_ms = 1_000  # records from 1970: older than any max age
     e.append("t", "0", pa.table({"time": pa.array([old_ms, old_ms + 1], pa.int64())}))
-    part = e._topics["t"].partitions["0"]
+    part = e._topic("t").partitions["0"]
     # the timer seals the idle open segment; then age retention removes it
     wait_for(lambda: part.open is None and part.sealing is None, timeout=10)
     wait_for(lambda: not part.view().sealed, timeout=10)

@@ -154,7 +154,7 @@ def test_nearing_a_segments_end_opens_and_decodes_the_next_segment(
     e.put_topic("t", TopicConfigRequest.model_validate({"segment": {"max_rows": 1000}}))
     for i in range(3):
         append_retrying(e, "t", "0", rows(i * 1000, (i + 1) * 1000))
-    wait_for(lambda: len(e._topics["t"].partitions["0"].view().sealed) >= 2)
+    wait_for(lambda: len(e._topic("t").partitions["0"].view().sealed) >= 2)
     demand, ahead = _chunks_decoded("demand"), _chunks_decoded("ahead")
     result = e.read_partition("t", "0", 0, 10)  # near the first segment's end (it is small)
     assert result.span == Span(0, 10)

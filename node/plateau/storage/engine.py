@@ -17,12 +17,10 @@ import shutil
 import sqlite3
 import threading
 import time
-import uuid
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any, TypeVar
+from typing import IO, TypeVar
 
 import pyarrow as pa
 
@@ -35,10 +33,10 @@ from plateau.metrics import (
 )
 from plateau.settings import StorageSettings
 from plateau.storage import reading, retention
-from plateau.storage.errors import Conflict, InsufficientStorage, NotFound, Unavailable
+from plateau.storage.catalog import Catalog, Topic
+from plateau.storage.errors import InsufficientStorage, NotFound, Unavailable
 from plateau.storage.files import BALLAST, Ballast
 from plateau.storage.group_commit import GroupCommit
-from plateau.storage.locks import Rank, ranked
 from plateau.storage.manifest import Manifest, SegmentRow
 from plateau.storage.memory import MemoryBudget, default_budget
 from plateau.storage.names import check_name
@@ -69,26 +67,17 @@ READ_ATTEMPTS = 3
 R = TypeVar("R")
 
 
-@dataclass
-class Topic:
-    name: str
-    config: TopicConfig
-    partitions: dict[str, Partition] = field(default_factory=dict)
-    lock: Any = field(default_factory=lambda: ranked(Rank.TOPIC, "topic"))  # the dict only
-    retention_lock: Any = field(default_factory=lambda: ranked(Rank.RETENTION, "retention"))
-    deleted: bool = False  # set under retention_lock by delete_topic
-
-
 class Engine:
     """Owns the manifest, every partition writer, retention and the snapshot.
 
     Locks, in the order they may be taken (``plateau.storage.locks`` checks it
-    in debug runs): ``_admin_lock`` (topic create/update/delete and new
-    partitions, one at a time; they write the manifest and run retention under
-    it, appends never wait for it) -> a topic's ``retention_lock`` -> a
-    partition's lock -> the manifest's lock ->
-    ``_topics_lock`` and a topic's ``lock``, which guard only their dicts: no
-    I/O, retention or sealing ever happens under them.
+    in debug runs): the catalog's ``admin_lock`` (topic create/update/delete and
+    new partitions, one at a time; they write the manifest under it, appends
+    never wait for it) -> a topic's ``retention_lock`` -> a partition's lock ->
+    the manifest's lock -> the catalog's dict locks, which guard only their
+    dicts: no I/O, retention or sealing ever happens under them. The engine
+    itself holds no lock of its own: ``snapshot.json`` is written through a
+    group commit, and early sealing is one thread at a time by a flag.
     """
 
     def __init__(self, settings: StorageSettings) -> None:
@@ -114,12 +103,9 @@ class Engine:
         self._snapshot_requests = itertools.count(1)
         self._snapshot_commit = GroupCommit(self._write_snapshot, timed=False)
         self._sealer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sealer")
-        self._admin_lock = ranked(Rank.ADMIN, "engine.admin")
-        self._topics_lock = ranked(Rank.TOPICS, "engine.topics")
         self._relieving = threading.Event()  # one thread at a time seals early
         self._relaxed = settings.durability.mode == "relaxed"
         self._closed = threading.Event()
-        self._topics: dict[str, Topic] = {}
         self._manifest, recovered = self._open_and_recover()
         self._ctx = PartitionContext(
             self.data_dir,
@@ -130,15 +116,15 @@ class Engine:
             self.memory,
             self.progress,
         )
-        for name, config in self._manifest.topics().items():
-            topic = Topic(name, config)
-            for pname, next_index in self._manifest.partitions(name).items():
-                topic.partitions[pname] = self._partition(
-                    name, pname, next_index, recovered.get((name, pname), [])
-                )
-            self._topics[name] = topic
-            TOPIC_BUDGET_BYTES.labels(name).set(config.retention.max_bytes)
-        for topic in self._topics.values():
+        self._catalog = Catalog(
+            self._manifest,
+            settings.topic_defaults,
+            self._partition,
+            self.capacity,
+            self.data_dir,
+        )
+        self._catalog.load(recovered)
+        for topic in self._catalog.current():
             self._enforce(topic, publish=False)
         self._publish_snapshot()
         self._timer = threading.Thread(target=self._tick_loop, name="retention", daemon=True)
@@ -175,7 +161,7 @@ class Engine:
             return
         self._closed.set()
         self._timer.join(timeout=10)
-        for p in self._all_partitions():
+        for p in self._catalog.all_partitions():
             try:
                 p.close()
             except Exception:
@@ -188,23 +174,10 @@ class Engine:
 
     # --- topics -----------------------------------------------------------------
     def topics(self) -> list[str]:
-        with self._topics_lock:
-            return sorted(self._topics)
-
-    def _current(self) -> list[Topic]:
-        with self._topics_lock:
-            return list(self._topics.values())
-
-    def _all_partitions(self) -> list[Partition]:
-        return [p for t in self._current() for p in _partitions(t)]
+        return self._catalog.names()
 
     def _topic(self, topic: str) -> Topic:
-        check_name("topic", topic)
-        with self._topics_lock:
-            t = self._topics.get(topic)
-        if t is None:
-            raise NotFound(f"topic {topic!r} does not exist")
-        return t
+        return self._catalog.get(topic)
 
     def get_topic(self, topic: str) -> TopicConfig:
         return self._topic(topic).config
@@ -217,64 +190,15 @@ class Engine:
     def put_topic(self, topic: str, request: TopicConfigRequest) -> tuple[TopicConfig, bool]:
         """Create or update; returns (config, created). 409 if the budget does not fit."""
         check_name("topic", topic)
-        with self.progress.track(f"put topic {topic}"), self._admin_lock:
-            return self._put_topic_admin(topic, request)
-
-    def _put_topic_admin(self, topic: str, request: TopicConfigRequest) -> tuple[TopicConfig, bool]:
-        with self._topics_lock:
-            existing = self._topics.get(topic)
-        defaults = self.settings.topic_defaults
-        config = request.apply_to(existing.config if existing else defaults, defaults)
-        if existing is not None and config.partitions < existing.config.partitions:
-            raise Conflict(
-                f"topic {topic!r} has {existing.config.partitions} partitions and partitions "
-                f"never decrease (asked: {config.partitions}); records stay at their indexes"
-            )
-        self._check_budget(topic, config)
-        names = [str(i) for i in range(config.partitions)]
-        next_indexes = self._manifest.put_topic(topic, config, names)
-        t = existing or Topic(topic, config)
-        have = set(_partitions_by_name(t))
-        added = {p: self._partition(topic, p, next_indexes[p], []) for p in names if p not in have}
-        with t.lock:
-            t.config = config
-            t.partitions.update(added)
-        with self._topics_lock:
-            self._topics[topic] = t
-        TOPIC_BUDGET_BYTES.labels(topic).set(config.retention.max_bytes)
-        self._enforce(t, publish=True)  # a lowered budget takes effect at once
-        return config, existing is None
-
-    def _check_budget(self, topic: str, config: TopicConfig) -> None:
-        cap, reserve = self.capacity()
-        others = sum(t.config.retention.max_bytes for t in self._current() if t.name != topic)
-        allowed = cap - reserve
-        if others + config.retention.max_bytes > allowed:
-            raise Conflict(
-                f"topic {topic!r} budget of {config.retention.max_bytes} bytes does not fit: "
-                f"node capacity {cap} minus reserve {reserve} leaves {allowed - others} bytes "
-                f"beside the {others} bytes allocated to other topics"
-            )
+        with self.progress.track(f"put topic {topic}"):
+            t, created = self._catalog.put(topic, request)
+            self._enforce(t, publish=True)  # a lowered budget takes effect at once
+        return t.config, created
 
     def delete_topic(self, topic: str) -> None:
-        """Remove the topic and all its data. NotFound if it does not exist.
-
-        Its partitions' next indexes stay in the manifest, so a topic created
-        again under the name continues from them: an index is never reused.
-        """
-        check_name("topic", topic)
-        with self.progress.track(f"delete topic {topic}"), self._admin_lock:
-            with self._topics_lock:
-                t = self._topics.pop(topic, None)
-            if t is None:
-                raise NotFound(f"topic {topic!r} does not exist")
-            with t.retention_lock:
-                t.deleted = True
-                parts = _partitions(t)
-                for p in parts:
-                    p.abort()  # no append or seal touches its files after this
-                self._manifest.delete_topic(topic, {p.name: p.next_index for p in parts})
-                trash = _move_to_trash(self.data_dir / "topics" / topic)
+        """Remove the topic and all its data (its indexes are kept). NotFound if missing."""
+        with self.progress.track(f"delete topic {topic}"):
+            parts, trash = self._catalog.delete(topic)
             for p in parts:
                 for row in p.view().sealed:
                     self._cache.evict(row.id)
@@ -288,7 +212,7 @@ class Engine:
     def topic_usage(self, topic: str) -> TopicUsage:
         t = self._topic(topic)
         usage = TopicUsage(bytes=0, records=0)
-        for name, p in sorted(_partitions_by_name(t).items()):
+        for name, p in sorted(t.by_name().items()):
             view = p.view()
             nbytes = sum(r.bytes for r in view.sealed) + sum(s.nbytes for s, _ in view.pending)
             records = view.end - view.start
@@ -301,7 +225,7 @@ class Engine:
 
     def node_usage(self) -> NodeUsage:
         cap, reserve = self.capacity()
-        topics = self._current()
+        topics = self._catalog.current()
         allocated = sum(t.config.retention.max_bytes for t in topics)
         used = 0
         for t in topics:
@@ -330,7 +254,7 @@ class Engine:
             t = self._topic_for_append(topic)
             table = prepare(table, t.config.segment.format)
             self._check_free_space()
-            p = self._partition_for_append(t, partition)
+            p = self._catalog.partition(t, partition)
             try:
                 span = p.append(table, t.config.segment)
             except (OSError, sqlite3.OperationalError) as exc:
@@ -348,8 +272,7 @@ class Engine:
         return span
 
     def _topic_for_append(self, topic: str) -> Topic:
-        with self._topics_lock:
-            t = self._topics.get(topic)
+        t = self._catalog.find(topic)
         if t is not None:
             return t
         if not self.settings.auto_create_topics:
@@ -357,31 +280,9 @@ class Engine:
                 f"topic {topic!r} does not exist and auto-creation is off; "
                 "create it with PUT /admin/topics/{topic}"
             )
-        with self._admin_lock:
-            with self._topics_lock:
-                t = self._topics.get(topic)
-            if t is None:
-                self._put_topic_admin(topic, TopicConfigRequest())
-                with self._topics_lock:
-                    t = self._topics[topic]
-            return t
-
-    def _partition_for_append(self, t: Topic, partition: str) -> Partition:
-        with t.lock:
-            p = t.partitions.get(partition)
-        if p is not None:
-            return p
-        with self._admin_lock:  # a new partition: rare, and a manifest write
-            if t.deleted:
-                raise NotFound(f"topic {t.name!r} was deleted")
-            with t.lock:
-                p = t.partitions.get(partition)
-            if p is None:
-                next_index = self._manifest.add_partition(t.name, partition)
-                p = self._partition(t.name, partition, next_index, [])
-                with t.lock:
-                    t.partitions[partition] = p
-            return p
+        t = self._catalog.ensure(topic)
+        self._publish_snapshot()
+        return t
 
     def _seal_early(self) -> None:
         """Memory is short: hand the largest open segments to the sealer, one thread at a time."""
@@ -390,7 +291,7 @@ class Engine:
         self._relieving.set()
         try:
             excess = self.memory.seal_early_excess()
-            parts = self._all_partitions()
+            parts = self._catalog.all_partitions()
             parts.sort(key=lambda p: p.open_bytes(), reverse=True)
             for p in parts:
                 if excess <= 0:
@@ -450,7 +351,7 @@ class Engine:
             check_name("partition", name)
 
         def read() -> TopicRead:
-            parts = _partitions_by_name(self._topic(topic))
+            parts = self._topic(topic).by_name()
             names = reading.select_partitions(list(parts), partition_filter)
             return reading.iterate(
                 {n: parts[n].view() for n in names},
@@ -481,8 +382,7 @@ class Engine:
 
     # --- background -------------------------------------------------------------
     def _on_sealed(self, topic: str) -> None:
-        with self._topics_lock:
-            t = self._topics.get(topic)
+        t = self._catalog.find(topic)
         if t is not None:
             self._enforce(t, publish=True)
 
@@ -491,7 +391,7 @@ class Engine:
         with t.retention_lock:
             if t.deleted:
                 return 0
-            parts = _partitions(t)
+            parts = t.all()
             doomed = retention.enforce(
                 t.name, parts, t.config.retention, self._manifest, self._cache, self.data_dir
             )
@@ -511,9 +411,9 @@ class Engine:
     def _write_snapshot(self) -> None:
         """Collect and write; GroupCommit runs one at a time, so an older view never wins."""
         doc: dict[str, object] = {}
-        for t in self._current():
+        for t in self._catalog.current():
             pdoc: dict[str, object] = {}
-            for name, p in sorted(_partitions_by_name(t).items()):
+            for name, p in sorted(t.by_name().items()):
                 sealed = p.view().sealed
                 pdoc[name] = {
                     "start": sealed[0].first_index if sealed else 0,
@@ -536,9 +436,9 @@ class Engine:
 
     def _tick(self, interval: float, last_retention: float) -> float:
         now = time.monotonic()
-        topics = self._current()
+        topics = self._catalog.current()
         for t in topics:
-            for p in _partitions(t):
+            for p in t.all():
                 try:
                     if self._relaxed:
                         p.flush()
@@ -554,30 +454,6 @@ class Engine:
             except Exception:
                 log.exception("retention of %s failed", t.name)
         return now
-
-
-def _partitions_by_name(t: Topic) -> dict[str, Partition]:
-    with t.lock:
-        return dict(t.partitions)
-
-
-def _partitions(t: Topic) -> list[Partition]:
-    with t.lock:
-        return list(t.partitions.values())
-
-
-def _move_to_trash(directory: Path) -> Path | None:
-    """Rename a deleted topic's directory away at once; it is removed outside any lock.
-
-    A topic created again under the same name gets a fresh directory, which the
-    slow removal cannot touch. Recovery removes a trash directory left by a crash
-    (its name is no topic name).
-    """
-    if not directory.exists():
-        return None
-    trash = directory.with_name(f".deleted-{directory.name}-{uuid.uuid4().hex}")
-    directory.rename(trash)
-    return trash
 
 
 def _disk_full(exc: BaseException) -> bool:

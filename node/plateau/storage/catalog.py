@@ -1,0 +1,199 @@
+"""The topics and partitions of a node: created, changed and deleted one at a time.
+
+Structural changes (a topic created, its config changed, a partition added,
+a topic deleted) write the manifest, so they take ``admin_lock`` for their
+whole length; nothing on the data path waits for it except the first append
+to a new topic or partition. The dicts themselves are guarded by leaf locks
+(``topics_lock``, a topic's ``lock``) held only to read or change the dict.
+See ``plateau.storage.locks`` for the order.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from plateau.metrics import TOPIC_BUDGET_BYTES
+from plateau.storage.errors import Conflict, NotFound
+from plateau.storage.locks import Rank, ranked
+from plateau.storage.manifest import Manifest, SegmentRow
+from plateau.storage.names import check_name
+from plateau.storage.partition import Partition
+from plateau.storage.topic_config import TopicConfig, TopicConfigRequest
+from plateau.storage.types import Index
+
+PartitionFactory = Callable[[str, str, Index, list[SegmentRow]], Partition]
+
+
+@dataclass
+class Topic:
+    name: str
+    config: TopicConfig
+    partitions: dict[str, Partition] = field(default_factory=dict)
+    lock: Any = field(default_factory=lambda: ranked(Rank.TOPIC, "topic"))  # the dict only
+    retention_lock: Any = field(default_factory=lambda: ranked(Rank.RETENTION, "retention"))
+    deleted: bool = False  # set under retention_lock by Catalog.delete
+
+    def by_name(self) -> dict[str, Partition]:
+        with self.lock:
+            return dict(self.partitions)
+
+    def all(self) -> list[Partition]:
+        with self.lock:
+            return list(self.partitions.values())
+
+
+class Catalog:
+    def __init__(
+        self,
+        manifest: Manifest,
+        defaults: TopicConfig,
+        make_partition: PartitionFactory,
+        capacity: Callable[[], tuple[int, int]],
+        data_dir: Path,
+    ) -> None:
+        self._manifest = manifest
+        self._defaults = defaults
+        self._make_partition = make_partition
+        self._capacity = capacity
+        self._data_dir = data_dir
+        self.admin_lock = ranked(Rank.ADMIN, "catalog.admin")
+        self._topics_lock = ranked(Rank.TOPICS, "catalog.topics")
+        self._topics: dict[str, Topic] = {}
+
+    def load(self, recovered: dict[tuple[str, str], list[SegmentRow]]) -> None:
+        """The topics the manifest holds, with the sealed segments recovery found."""
+        for name, config in self._manifest.topics().items():
+            topic = Topic(name, config)
+            for pname, next_index in self._manifest.partitions(name).items():
+                topic.partitions[pname] = self._make_partition(
+                    name, pname, next_index, recovered.get((name, pname), [])
+                )
+            self._topics[name] = topic
+            TOPIC_BUDGET_BYTES.labels(name).set(config.retention.max_bytes)
+
+    # --- reading the catalog ------------------------------------------------------
+    def names(self) -> list[str]:
+        with self._topics_lock:
+            return sorted(self._topics)
+
+    def current(self) -> list[Topic]:
+        with self._topics_lock:
+            return list(self._topics.values())
+
+    def find(self, topic: str) -> Topic | None:
+        with self._topics_lock:
+            return self._topics.get(topic)
+
+    def get(self, topic: str) -> Topic:
+        check_name("topic", topic)
+        t = self.find(topic)
+        if t is None:
+            raise NotFound(f"topic {topic!r} does not exist")
+        return t
+
+    def all_partitions(self) -> list[Partition]:
+        return [p for t in self.current() for p in t.all()]
+
+    # --- changing it (under admin_lock) ---------------------------------------------
+    def put(self, topic: str, request: TopicConfigRequest) -> tuple[Topic, bool]:
+        """Create or update; returns (topic, created). 409 if the budget does not fit."""
+        with self.admin_lock:
+            return self._put_locked(topic, request)
+
+    def ensure(self, topic: str) -> Topic:
+        """The topic, created with the defaults if it does not exist (auto-creation)."""
+        with self.admin_lock:
+            t = self.find(topic)
+            return t if t is not None else self._put_locked(topic, TopicConfigRequest())[0]
+
+    def _put_locked(self, topic: str, request: TopicConfigRequest) -> tuple[Topic, bool]:
+        existing = self.find(topic)
+        config = request.apply_to(existing.config if existing else self._defaults, self._defaults)
+        if existing is not None and config.partitions < existing.config.partitions:
+            raise Conflict(
+                f"topic {topic!r} has {existing.config.partitions} partitions and partitions "
+                f"never decrease (asked: {config.partitions}); records stay at their indexes"
+            )
+        self._check_budget(topic, config)
+        names = [str(i) for i in range(config.partitions)]
+        next_indexes = self._manifest.put_topic(topic, config, names)
+        t = existing or Topic(topic, config)
+        have = set(t.by_name())
+        added = {
+            p: self._make_partition(topic, p, next_indexes[p], []) for p in names if p not in have
+        }
+        with t.lock:
+            t.config = config
+            t.partitions.update(added)
+        with self._topics_lock:
+            self._topics[topic] = t
+        TOPIC_BUDGET_BYTES.labels(topic).set(config.retention.max_bytes)
+        return t, existing is None
+
+    def _check_budget(self, topic: str, config: TopicConfig) -> None:
+        cap, reserve = self._capacity()
+        others = sum(t.config.retention.max_bytes for t in self.current() if t.name != topic)
+        allowed = cap - reserve
+        if others + config.retention.max_bytes > allowed:
+            raise Conflict(
+                f"topic {topic!r} budget of {config.retention.max_bytes} bytes does not fit: "
+                f"node capacity {cap} minus reserve {reserve} leaves {allowed - others} bytes "
+                f"beside the {others} bytes allocated to other topics"
+            )
+
+    def partition(self, t: Topic, partition: str) -> Partition:
+        """The partition, created on the first append that names it."""
+        with t.lock:
+            p = t.partitions.get(partition)
+        if p is not None:
+            return p
+        with self.admin_lock:  # a new partition: rare, and a manifest write
+            if t.deleted:
+                raise NotFound(f"topic {t.name!r} was deleted")
+            with t.lock:
+                p = t.partitions.get(partition)
+            if p is None:
+                next_index = self._manifest.add_partition(t.name, partition)
+                p = self._make_partition(t.name, partition, next_index, [])
+                with t.lock:
+                    t.partitions[partition] = p
+            return p
+
+    def delete(self, topic: str) -> tuple[list[Partition], Path | None]:
+        """Remove the topic from the catalog and the manifest; returns its partitions and
+        the directory its files were moved to (the caller removes it, outside any lock).
+
+        Its partitions' next indexes stay in the manifest, so a topic created
+        again under the name continues from them: an index is never reused.
+        """
+        check_name("topic", topic)
+        with self.admin_lock:
+            with self._topics_lock:
+                t = self._topics.pop(topic, None)
+            if t is None:
+                raise NotFound(f"topic {topic!r} does not exist")
+            with t.retention_lock:
+                t.deleted = True
+                parts = t.all()
+                for p in parts:
+                    p.abort()  # no append or seal touches its files after this
+                self._manifest.delete_topic(topic, {p.name: p.next_index for p in parts})
+                return parts, _move_to_trash(self._data_dir / "topics" / topic)
+
+
+def _move_to_trash(directory: Path) -> Path | None:
+    """Rename a deleted topic's directory away at once; it is removed outside any lock.
+
+    A topic created again under the same name gets a fresh directory, which the
+    slow removal cannot touch. Recovery removes a trash directory left by a crash
+    (its name is no topic name).
+    """
+    if not directory.exists():
+        return None
+    trash = directory.with_name(f".deleted-{directory.name}-{uuid.uuid4().hex}")
+    directory.rename(trash)
+    return trash
