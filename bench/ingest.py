@@ -452,54 +452,39 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         sampler.sample()
         idle_rss_mb = sampler.peak_mb
         started = time.monotonic()
-        if wide:
-            baseline = run_phase(
-                "baseline",
+
+        def phase(
+            name: str, clients: int, partitions: int, rate: float | None, topic: str = TOPIC
+        ) -> Phase:
+            return run_phase(
+                name,
                 args.client,
                 args.format,
                 node.url,
                 node.pid,
                 bodies,
                 args.rows_per_batch,
+                clients,
+                partitions,
+                args.duration,
+                rate,
+                topic=topic,
+            )
+
+        if wide:
+            baseline = phase(
+                "baseline",
                 args.baseline_clients,
                 args.baseline_partitions,
-                args.duration,
                 args.rate,
-                topic=BASELINE_TOPIC,
+                BASELINE_TOPIC,
             )
             baseline_peak_rss_mb = sampler.peak_mb
-        phases.append(
-            run_phase(
-                "unlimited" if args.rate is None else "rate",
-                args.client,
-                args.format,
-                node.url,
-                node.pid,
-                bodies,
-                args.rows_per_batch,
-                args.clients,
-                args.partitions,
-                args.duration,
-                args.rate,
-            )
-        )
+        name = "unlimited" if args.rate is None else "rate"
+        phases.append(phase(name, args.clients, args.partitions, args.rate))
         if args.half_rate_check:
             half = phases[0].rows_per_s / 2
-            phases.append(
-                run_phase(
-                    "half-rate",
-                    args.client,
-                    args.format,
-                    node.url,
-                    node.pid,
-                    bodies,
-                    args.rows_per_batch,
-                    args.clients,
-                    args.partitions,
-                    args.duration,
-                    half,
-                )
-            )
+            phases.append(phase("half-rate", args.clients, args.partitions, half))
         sampler.stop()
         log(f"node RSS MiB over time: {sampler.timeline_mb(started)}")
         log("stopping the node (it seals its open segments)")

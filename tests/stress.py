@@ -90,3 +90,30 @@ def run_stress(
         if t.is_alive():
             raise Stalled(f"{t.name} did not finish its last call\n{_stacks()}")
     return {w.name: w.calls for w in workers}
+
+
+def operator_mix(
+    writer: Callable[[str], Callable[[], object]],
+    create_append_delete: Callable[[str, bool], Callable[[], object]],
+    admin: Callable[[], object],
+    reader: Callable[[], object],
+    usage: Callable[[], object],
+    partitions: list[str],
+) -> dict[str, Callable[[], object]]:
+    """The mix an operator and its producers put on a node: a writer per partition of the
+    hot topic, topics created (explicitly and by a first append), appended to and deleted,
+    the hot topic's budget changed, readers, and usage reads."""
+    steps = {f"writer-{p}": writer(p) for p in partitions}
+    steps |= {
+        "create": create_append_delete("made", True),
+        "auto-create": create_append_delete("auto", False),
+        "admin": admin,
+        "reader": reader,
+        "usage": usage,
+    }
+    return steps
+
+
+def assert_indexes_never_reused(starts: dict[str, list[int]]) -> None:
+    for p, got in starts.items():
+        assert got == sorted(got) and len(set(got)) == len(got), f"partition {p} reused an index"

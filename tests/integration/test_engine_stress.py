@@ -23,7 +23,7 @@ from plateau.settings import StorageSettings
 from plateau.storage.engine import Engine
 from plateau.storage.errors import Busy
 from plateau.storage.topic_config import TopicConfigRequest
-from tests.stress import run_stress
+from tests.stress import assert_indexes_never_reused, operator_mix, run_stress
 
 SECONDS = 6.0
 STALL = 3.0
@@ -73,15 +73,7 @@ def stress_steps(engine: Engine) -> tuple[dict[str, Callable[[], object]], dict[
         engine.node_usage()
         engine.topic_usage(HOT)
 
-    steps: dict[str, Callable[[], object]] = {f"writer-{p}": writer(p) for p in starts}
-    steps |= {
-        "create": create_append_delete("made", explicit=True),
-        "auto-create": create_append_delete("auto", explicit=False),
-        "admin": admin,
-        "reader": reader,
-        "usage": usage,
-    }
-    return steps, starts
+    return operator_mix(writer, create_append_delete, admin, reader, usage, list(starts)), starts
 
 
 def test_engine_never_stalls_under_topic_changes_sealing_and_retention(tmp_path: Path) -> None:
@@ -109,5 +101,4 @@ def test_engine_never_stalls_under_topic_changes_sealing_and_retention(tmp_path:
         if done.is_set():
             engine.close()
     assert all(n > 0 for n in calls.values()), calls
-    for p, got in starts.items():
-        assert got == sorted(got) and len(set(got)) == len(got), f"partition {p} reused an index"
+    assert_indexes_never_reused(starts)

@@ -20,7 +20,7 @@ import pytest
 
 from tests.arrowhttp import append
 from tests.nodeproc import NodeProcess
-from tests.stress import run_stress
+from tests.stress import assert_indexes_never_reused, operator_mix, run_stress
 
 SECONDS = 6.0
 STALL = 3.0
@@ -98,16 +98,8 @@ def test_node_never_stalls_or_fails_under_topic_changes_and_sealing(node: NodePr
         r = probe.get("/healthz")
         assert r.status_code == 200, r.text
 
-    steps: dict[str, Callable[[], object]] = {f"writer-{p}": writer(p) for p in starts}
-    steps |= {
-        "create": create_append_delete("made", explicit=True),
-        "auto-create": create_append_delete("auto", explicit=False),
-        "admin": admin,
-        "reader": reader,
-        "usage": usage,
-    }
+    steps = operator_mix(writer, create_append_delete, admin, reader, usage, list(starts))
     calls = run_stress(steps, SECONDS, STALL, healthy)
     assert all(n > 0 for n in calls.values()), calls
-    for p, got in starts.items():
-        assert got == sorted(got) and len(set(got)) == len(got), f"partition {p} reused an index"
+    assert_indexes_never_reused(starts)
     assert node.proc is not None and node.proc.poll() is None
