@@ -1,0 +1,125 @@
+"""The node-wide memory budget: where its default comes from, early seals, and 429 when full."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+
+from plateau.storage.errors import Busy
+from plateau.storage.memory import BudgetSource, MemoryBudget, cgroup_memory_limit
+from plateau.storage.topic_config import TopicConfigRequest
+from tests.unit.conftest import EngineFactory, wait_for
+
+MiB = 1 << 20
+
+
+def fake_cgroup(tmp_path: Path, proc: str, files: dict[str, str]) -> tuple[Path, Path]:
+    (tmp_path / "proc").write_text(proc)
+    root = tmp_path / "cgroup"
+    for rel, text in files.items():
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_text(text)
+    return tmp_path / "proc", root
+
+
+def test_limit_from_cgroup_v2_takes_the_tightest_on_the_path(tmp_path: Path) -> None:
+    proc, root = fake_cgroup(
+        tmp_path,
+        "0::/kubepods/pod1/ctr\n",
+        {
+            "cgroup.controllers": "cpu memory",
+            "kubepods/memory.max": str(8 << 30),
+            "kubepods/pod1/memory.max": str(3 << 30),
+            "kubepods/pod1/ctr/memory.max": "max",
+        },
+    )
+    assert cgroup_memory_limit(proc, root) == 3 << 30
+
+
+def test_limit_from_cgroup_v1_and_none_without_one(tmp_path: Path) -> None:
+    proc, root = fake_cgroup(
+        tmp_path,
+        "4:memory:/docker/abc\n3:cpu:/docker/abc\n",
+        {
+            "memory/docker/abc/memory.limit_in_bytes": str(1536 * MiB),
+            "memory/memory.limit_in_bytes": "9223372036854771712",  # v1's "no limit"
+        },
+    )
+    assert cgroup_memory_limit(proc, root) == 1536 * MiB
+    (root / "memory/docker/abc/memory.limit_in_bytes").write_text("9223372036854771712")
+    assert cgroup_memory_limit(proc, root) is None
+
+
+def test_parts_add_up_to_the_budget() -> None:
+    memory = MemoryBudget(BudgetSource(1000 * MiB, "configured"), read_cache_bytes=512 * MiB)
+    assert memory.read_cache_limit == 250 * MiB  # at most a quarter
+    assert memory.reserve_bodies(128 * MiB) == 128 * MiB
+    parts = memory.parts()
+    assert sum(p["limit"] for p in parts.values()) == 1000 * MiB
+
+
+def rows(n: int) -> pa.Table:
+    return pa.table({"v": pa.array([b"x" * 100] * n, pa.binary())})
+
+
+def test_open_segments_are_sealed_early_when_memory_is_short(make_engine: EngineFactory) -> None:
+    e = make_engine(memory_budget_bytes=8 * MiB, read_cache_bytes=0)
+    e.put_topic("t", TopicConfigRequest(partitions=8))
+    table = rows(2000)  # about 200 KB
+    for i in range(40):
+        e.append("t", str(i % 8), table)
+        assert e.memory.segments <= e.memory.segments_limit
+    wait_for(lambda: e.memory.segments - e.memory.sealing < 4 * MiB)
+    sealed = sum(len(p.sealed) for p in e._topic("t").partitions.values())
+    assert sealed > 0  # no segment reached its own limits (1M rows, 64 MiB): memory sealed them
+    assert e.topic_usage("t").records == 40 * 2000
+
+
+def test_appends_get_429_when_sealing_cannot_keep_up_and_nothing_half_written(
+    make_engine: EngineFactory,
+) -> None:
+    e = make_engine(memory_budget_bytes=8 * MiB, read_cache_bytes=0)
+    e.put_topic("t", TopicConfigRequest(partitions=8))
+    release = threading.Event()
+    # the fault: both sealer threads busy elsewhere (a slow disk), so nothing is sealed
+    for _ in range(2):
+        e._sealer.submit(release.wait, 30)
+    table = rows(2000)
+    refused: Busy | None = None
+    spans = []
+    try:
+        for i in range(200):
+            try:
+                spans.append(e.append("t", str(i % 8), table))
+            except Busy as exc:
+                refused = exc
+                break
+    finally:
+        release.set()
+    assert refused is not None and "memory_budget_bytes" in str(refused)
+    assert refused.retry_after and refused.status == 429
+    assert e.memory.segments <= e.memory.segments_limit
+    appended = len(spans) * 2000
+    assert e.topic_usage("t").records == appended  # the refused append left nothing behind
+    wait_for(lambda: e.memory.segments < e.memory.segments_limit // 2)
+    e.append("t", "0", table)  # room again once the seals ran
+
+
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
+def test_memory_is_returned_when_segments_seal_or_topics_go(
+    make_engine: EngineFactory, fmt: str
+) -> None:
+    e = make_engine()
+    e.put_topic("t", TopicConfigRequest.model_validate({"segment": {"format": fmt}}))
+    e.append("t", "0", rows(100))
+    assert e.memory.segments > 0
+    e.delete_topic("t")
+    assert e.memory.segments == 0 and e.memory.sealing == 0
+    e.put_topic("u", TopicConfigRequest.model_validate({"segment": {"max_rows": 50}}))
+    e.append("u", "0", rows(100))
+    e.append("u", "0", rows(10))  # rolls the full segment to the sealer
+    wait_for(lambda: e.memory.sealing == 0)
+    assert 0 < e.memory.segments < rows(100).nbytes  # only the new open segment (+ its time)
