@@ -10,7 +10,7 @@ import httpx
 import pyarrow as pa
 import pytest
 
-from tests.arrowhttp import ARROW_FILE, append, iterate
+from tests.arrowhttp import ARROW_FILE, append_retrying, iterate
 from tests.nodeproc import NodeProcess, metric_values
 
 PARTITIONS = 3
@@ -40,7 +40,8 @@ def node(tmp_path: Path) -> Iterator[NodeProcess]:
 def fill(c: httpx.Client, rows_per_partition: int, start: int = 0) -> None:
     for p in range(PARTITIONS):
         for lo in range(start, start + rows_per_partition, 250):
-            r = append(c, "t", str(p), ids(p, lo, min(lo + 250, start + rows_per_partition)))
+            part = ids(p, lo, min(lo + 250, start + rows_per_partition))
+            r = append_retrying(c, "t", str(p), part)
             assert r.status_code == 200, r.text
 
 
