@@ -132,7 +132,8 @@ class StorageSettings(BaseModel):
         gt=0,
         description="/healthz and /readyz answer 503 when engine work (appends, reads, topic "
         "changes, seals, background ticks) is in progress and none of it finished for this "
-        "long: a wedged node fails its liveness probe and is restarted.",
+        "long, or one operation has waited twice this long: a wedged node fails its liveness "
+        "probe and is restarted.",
     )
     auto_create_topics: bool = Field(
         default=True, description="Create a topic with the defaults on its first append."
