@@ -10,6 +10,7 @@ import pytest
 
 from plateau.storage.errors import Busy
 from plateau.storage.memory import BudgetSource, MemoryBudget, cgroup_memory_limit
+from plateau.storage.segment import WRITE_BUFFER
 from plateau.storage.topic_config import TopicConfigRequest
 from tests.unit.conftest import EngineFactory, wait_for
 
@@ -66,16 +67,17 @@ def rows(n: int) -> pa.Table:
 
 
 def test_open_segments_are_sealed_early_when_memory_is_short(make_engine: EngineFactory) -> None:
-    e = make_engine(memory_budget_bytes=8 * MiB, read_cache_bytes=0)
+    # 8 open segments: 8 MiB of write buffers (1 MiB each, counted) plus their rows
+    e = make_engine(memory_budget_bytes=32 * MiB, read_cache_bytes=0)
     e.put_topic("t", TopicConfigRequest(partitions=8))
     table = rows(2000)  # about 200 KB
-    for i in range(40):
+    for i in range(80):
         e.append("t", str(i % 8), table)
         assert e.memory.segments <= e.memory.segments_limit
-    wait_for(lambda: e.memory.segments - e.memory.sealing < 4 * MiB)
+    wait_for(lambda: e.memory.segments - e.memory.sealing < 16 * MiB)
     sealed = sum(len(p.sealed) for p in e._topic("t").partitions.values())
     assert sealed > 0  # no segment reached its own limits (1M rows, 64 MiB): memory sealed them
-    assert e.topic_usage("t").records == 40 * 2000
+    assert e.topic_usage("t").records == 80 * 2000
 
 
 def test_appends_get_429_when_sealing_cannot_keep_up_and_nothing_half_written(
@@ -122,4 +124,5 @@ def test_memory_is_returned_when_segments_seal_or_topics_go(
     e.append("u", "0", rows(100))
     e.append("u", "0", rows(10))  # rolls the full segment to the sealer
     wait_for(lambda: e.memory.sealing == 0)
-    assert 0 < e.memory.segments < rows(100).nbytes  # only the new open segment (+ its time)
+    # only the new open segment: its rows (and time column) and its file's write buffer
+    assert WRITE_BUFFER < e.memory.segments < WRITE_BUFFER + rows(100).nbytes

@@ -354,7 +354,7 @@ class Engine:
             parts = self._topic(topic).by_name()
             names = reading.select_partitions(list(parts), partition_filter)
             return reading.iterate(
-                {n: parts[n].view() for n in names},
+                {n: parts[n].view for n in names},
                 self.data_dir,
                 self._cache,
                 cursor,

@@ -11,8 +11,9 @@ where its memory is taken, so their sum never passes the budget:
   before its body is read (``server.inflight``).
 * ``read_cache``: decoded row groups and batches of sealed segments, at most
   ``min(storage.read_cache_bytes, budget / 4)``; least recently used out.
-* ``open_segments``: the rest. Rows of open segments, and of segments being
-  sealed until their sealed file is written. When the bytes of open segments
+* ``open_segments``: the rest. Rows of open segments (and each one's 1 MiB
+  file write buffer), and of segments being sealed until their sealed file is
+  written. When the bytes of open segments
   (not yet handed to the sealer) pass half of this part, the engine seals the
   largest open segments early, down to a quarter. Only when sealing cannot
   keep up and the part is full is an append refused whole with 429 and

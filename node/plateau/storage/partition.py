@@ -32,7 +32,7 @@ from plateau.storage.manifest import Manifest, SegmentRow
 from plateau.storage.memory import MemoryBudget
 from plateau.storage.progress import Progress
 from plateau.storage.sealed import sealed_name, write_sealed
-from plateau.storage.segment import OpenSegment
+from plateau.storage.segment import WRITE_BUFFER, OpenSegment
 from plateau.storage.topic_config import SegmentConfig
 from plateau.storage.types import Index, Span, WritePolicy
 
@@ -121,15 +121,18 @@ class Partition:
                 self._roll_locked()
                 seg = None
                 break
-            self._memory.charge(table.nbytes)  # 429 when open segments fill their share
+            # 429 when open segments fill their share; a new segment also brings its file's
+            # write buffer
+            charge = table.nbytes + (WRITE_BUFFER if seg is None else 0)
+            self._memory.charge(charge)
             try:
                 if seg is None:
                     seg = self._new_segment_locked(table.schema, config)
                 seq = seg.append(table)
             except BaseException:
-                self._memory.release(table.nbytes, sealing=False)
+                self._memory.release(charge, sealing=False)
                 raise
-            seg.charged += table.nbytes
+            seg.charged += charge
             start = self.next_index
             self.next_index = Index(start + table.num_rows)
         written = time.perf_counter()

@@ -268,7 +268,7 @@ def select_partitions(names: list[str], selectors: list[str] | None) -> list[str
 
 
 def iterate(
-    views: dict[str, PartitionView],
+    views: dict[str, Callable[[], PartitionView]],
     data_dir: Path,
     cache: ReaderCache,
     cursor: dict[str, int],
@@ -282,11 +282,26 @@ def iterate(
     Each partition first gets an even share of ``limit`` so that one busy
     partition cannot starve the others; what is left over goes to whoever still
     has rows. ``next`` holds every selected partition's position.
+
+    ``views`` gives a partition's view when asked: a view holds its open and
+    sealing segments (and the append bodies their rows point into), so it is
+    taken right before that partition is read and dropped after. Views of all
+    partitions taken at the start of a slow page kept every segment sealed
+    meanwhile alive, outside the memory budget, for the whole page.
     """
     desc = order == Order.DESC
-    nxt = {name: int(cursor.get(name, v.end if desc else v.start)) for name, v in views.items()}
+    spans: dict[str, tuple[int, int]] = {}
+
+    def view_of(name: str) -> PartitionView:
+        v = views[name]()
+        spans[name] = (v.start, v.end)
+        return v
+
+    for name in views:
+        view_of(name)
+    nxt = {name: int(cursor.get(name, spans[name][1 if desc else 0])) for name in views}
     if not desc:
-        nxt = {n: max(i, views[n].start) for n, i in nxt.items()}
+        nxt = {n: max(i, spans[n][0]) for n, i in nxt.items()}
     tables: list[pa.Table] = []
     schema: pa.Schema | None = None
     rows = 0
@@ -294,7 +309,7 @@ def iterate(
     stopped: RecordStatus | None = None
     share = max(1, -(-limit // max(len(views), 1)))
     for quota in (share, limit):
-        for name, view in views.items():
+        for name in views:
             want = min(quota, limit - rows)
             if want <= 0 or stopped in (RecordStatus.BYTE_LIMITED,):
                 break
@@ -302,17 +317,18 @@ def iterate(
                 stopped = RecordStatus.BYTE_LIMITED
                 break
             budget = None if max_bytes is None else max_bytes - nbytes
+            start, end = spans[name]
+            if (nxt[name] <= start) if desc else (nxt[name] >= end):
+                continue
+            view = view_of(name)
             if desc:
-                if nxt[name] <= view.start:
-                    continue
                 result, new_pos = read_reverse(
                     view, data_dir, cache, nxt[name], want, time_range, budget
                 )
             else:
-                if nxt[name] >= view.end:
-                    continue
                 result = read_range(view, data_dir, cache, nxt[name], want, time_range, budget)
                 new_pos = result.span.end if result.span else nxt[name]
+            del view
             if (
                 result.table.num_rows
                 and schema is not None
@@ -326,7 +342,7 @@ def iterate(
             rows += result.table.num_rows
             nbytes += result.table.nbytes
             nxt[name] = new_pos
-    remaining = any((nxt[n] > v.start) if desc else (nxt[n] < v.end) for n, v in views.items())
+    remaining = any((nxt[n] > s) if desc else (nxt[n] < e) for n, (s, e) in spans.items())
     if not remaining:
         status = RecordStatus.ALL
     elif stopped is not None:
