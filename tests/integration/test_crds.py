@@ -63,7 +63,7 @@ def topic(name: str, **spec: Any) -> dict[str, Any]:
     [
         ({"partitions": 0}, "greater than or equal to 1"),
         ({"retention": {"maxBytes": "10Xi"}}, "maxBytes must be a non-negative quantity"),
-        ({"retention": {"maxBytes": "1Gi", "maxAge": "1w"}}, "should match"),
+        ({"retention": {"maxBytes": "1Gi", "maxAge": "1y"}}, "should match"),
         ({"segment": {"maxBytes": "0"}}, "segment.maxBytes must be a positive quantity"),
         ({"segment": {"format": "csv"}}, 'Unsupported value: "csv"'),
         ({"topicName": "Bad/Name"}, "should match"),
