@@ -1,0 +1,210 @@
+"""The Kubernetes objects a ``PlateauNode`` becomes: pure functions, tested without a cluster.
+
+StatefulSet (one replica, its volume from a claim template), a Service, a
+headless Service (the StatefulSet's), a ConfigMap with the node's settings
+and a Secret with its token. Every object carries the operator's own labels
+only, never the custom resource's: GitOps tools track their objects by labels
+(Argo CD by ``app.kubernetes.io/instance``), and copying those would make
+them prune what the operator made. A settings change rolls the pod through a
+checksum annotation.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import json
+from typing import Any
+
+import yaml
+
+from plateau_operator.spec import DATA_DIR, PORT, NodeSpec
+
+GROUP = "plateau.dev"
+CONFIG_FILE = "node.yaml"
+CONFIG_DIR = "/etc/plateau"
+TOKEN_KEY = "token"
+UID = 10001  # the image's plateau user
+CHECKSUM_ANNOTATION = f"{GROUP}/config-checksum"
+GRACE_SECONDS = 60  # the node seals its open segments on SIGTERM
+
+
+def labels(node: str) -> dict[str, str]:
+    return {
+        "app.kubernetes.io/name": "plateau-node",
+        "app.kubernetes.io/managed-by": "plateau-operator",
+        f"{GROUP}/node": node,
+    }
+
+
+def selector(node: str) -> dict[str, str]:
+    return {f"{GROUP}/node": node}
+
+
+def names(node: str) -> dict[str, str]:
+    """Names of the children; the claim is the StatefulSet's (template ``data``, ordinal 0)."""
+    base = f"plateau-{node}"
+    return {
+        "statefulset": base,
+        "service": base,
+        "headless": f"{base}-headless",
+        "configmap": f"{base}-config",
+        "secret": f"{base}-token",
+        "pvc": f"data-{base}-0",
+    }
+
+
+def _meta(name: str, node: str, namespace: str) -> dict[str, Any]:
+    return {"name": name, "namespace": namespace, "labels": labels(node)}
+
+
+def config_map(spec: NodeSpec, namespace: str) -> dict[str, Any]:
+    text = yaml.safe_dump(spec.node_config(), sort_keys=True)
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": _meta(names(spec.name)["configmap"], spec.name, namespace),
+        "data": {CONFIG_FILE: text},
+    }
+
+
+def token_secret(spec: NodeSpec, namespace: str, token: str) -> dict[str, Any]:
+    """The generated token's Secret (only when the node names no Secret of its own)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": _meta(names(spec.name)["secret"], spec.name, namespace),
+        "type": "Opaque",
+        "data": {TOKEN_KEY: base64.b64encode(token.encode()).decode()},
+    }
+
+
+def token_ref(spec: NodeSpec) -> tuple[str, str]:
+    """(Secret, key) that holds the node's token."""
+    return spec.token_secret or (names(spec.name)["secret"], TOKEN_KEY)
+
+
+def service(spec: NodeSpec, namespace: str, headless: bool = False) -> dict[str, Any]:
+    n = names(spec.name)
+    body: dict[str, Any] = {
+        "selector": selector(spec.name),
+        "ports": [{"name": "http", "port": PORT, "targetPort": "http"}],
+    }
+    if headless:
+        body |= {"clusterIP": "None", "publishNotReadyAddresses": True}
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _meta(n["headless" if headless else "service"], spec.name, namespace),
+        "spec": body,
+    }
+
+
+def endpoint(spec: NodeSpec, namespace: str) -> str:
+    return f"http://{names(spec.name)['service']}.{namespace}.svc:{PORT}"
+
+
+def checksum(config: dict[str, Any], extra: str = "") -> str:
+    """Of everything the pod reads at start that is not in its template (settings, token ref)."""
+    text = json.dumps(config, sort_keys=True) + extra
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def statefulset(spec: NodeSpec, namespace: str) -> dict[str, Any]:
+    n = names(spec.name)
+    secret, key = token_ref(spec)
+    probe = {"httpGet": {"path": "/healthz", "port": "http"}}
+    container: dict[str, Any] = {
+        "name": "node",
+        "image": spec.image,
+        "args": ["node", "--config", f"{CONFIG_DIR}/{CONFIG_FILE}"],
+        "ports": [{"name": "http", "containerPort": PORT}],
+        "env": [
+            {
+                "name": "PLATEAU_AUTH__TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": secret, "key": key}},
+            }
+        ],
+        "volumeMounts": [
+            {"name": "data", "mountPath": DATA_DIR},
+            {"name": "config", "mountPath": CONFIG_DIR, "readOnly": True},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ],
+        # as the README's "Probes": a wedged engine fails liveness (storage.stall_seconds)
+        "startupProbe": {
+            "httpGet": {"path": "/readyz", "port": "http"},
+            "periodSeconds": 2,
+            "failureThreshold": 900,
+        },
+        "livenessProbe": {**probe, "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 3},
+        "readinessProbe": {
+            "httpGet": {"path": "/readyz", "port": "http"},
+            "periodSeconds": 5,
+            "timeoutSeconds": 3,
+            "failureThreshold": 2,
+        },
+        "resources": spec.resources,
+        "securityContext": {
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"]},
+        },
+    }
+    if spec.pull_policy:
+        container["imagePullPolicy"] = spec.pull_policy
+    pod_spec: dict[str, Any] = {
+        "containers": [container],
+        "terminationGracePeriodSeconds": GRACE_SECONDS,
+        "securityContext": {
+            "runAsNonRoot": True,
+            "runAsUser": UID,
+            "runAsGroup": UID,
+            "fsGroup": UID,
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumes": [
+            {"name": "config", "configMap": {"name": n["configmap"]}},
+            {"name": "tmp", "emptyDir": {"sizeLimit": "64Mi"}},
+        ],
+    }
+    if spec.node_selector:
+        pod_spec["nodeSelector"] = spec.node_selector
+    if spec.tolerations:
+        pod_spec["tolerations"] = spec.tolerations
+    if spec.affinity:
+        pod_spec["affinity"] = spec.affinity
+    claim: dict[str, Any] = {
+        "metadata": {"name": "data", "labels": labels(spec.name)},
+        "spec": {
+            "accessModes": spec.access_modes,
+            "resources": {"requests": {"storage": str(spec.size_bytes)}},
+        },
+    }
+    if spec.storage_class:
+        claim["spec"]["storageClassName"] = spec.storage_class
+    digest = checksum(spec.node_config(), f"{secret}/{key}")
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "StatefulSet",
+        "metadata": _meta(n["statefulset"], spec.name, namespace),
+        "spec": {
+            "replicas": 1,
+            "serviceName": n["headless"],
+            "podManagementPolicy": "OrderedReady",
+            "updateStrategy": {"type": "RollingUpdate"},
+            "selector": {"matchLabels": selector(spec.name)},
+            "template": {
+                "metadata": {
+                    "labels": labels(spec.name),
+                    "annotations": {CHECKSUM_ANNOTATION: digest},
+                },
+                "spec": pod_spec,
+            },
+            "volumeClaimTemplates": [claim],
+            # the data outlives a deleted StatefulSet; the PlateauNode's deletion decides
+            "persistentVolumeClaimRetentionPolicy": {
+                "whenDeleted": "Retain",
+                "whenScaled": "Retain",
+            },
+        },
+    }

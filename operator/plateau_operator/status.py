@@ -1,0 +1,90 @@
+"""Conditions and status, computed as pure functions from what was observed.
+
+Conditions have the ``metav1.Condition`` shape. ``lastTransitionTime``
+changes only when a condition's status changes, so a level-based reconcile
+that writes the same state every time leaves it alone (and GitOps tools and
+``kubectl wait`` see a stable object).
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from enum import StrEnum
+from typing import Any
+
+from plateau.client.units import format_bytes
+
+
+class TopicReason(StrEnum):
+    SYNCED = "Synced"
+    OVER_BUDGET = "OverBudget"
+    NODE_NOT_FOUND = "NodeNotFound"
+    NODE_UNREACHABLE = "NodeUnreachable"
+    INVALID = "Invalid"
+
+
+def now_iso() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def set_condition(
+    conditions: list[dict[str, Any]] | None,
+    type_: str,
+    status: bool | None,
+    reason: str,
+    message: str,
+    generation: int,
+    now: str | None = None,
+) -> list[dict[str, Any]]:
+    """A new list with ``type_`` set; its transition time kept unless its status changed."""
+    value = "Unknown" if status is None else ("True" if status else "False")
+    old = next((c for c in conditions or [] if c.get("type") == type_), None)
+    changed = old is None or old.get("status") != value
+    condition = {
+        "type": type_,
+        "status": value,
+        "reason": reason,
+        "message": message,
+        "observedGeneration": generation,
+        "lastTransitionTime": (now or now_iso())
+        if old is None or changed
+        else old["lastTransitionTime"],
+    }
+    others = [c for c in conditions or [] if c.get("type") != type_]
+    return sorted([*others, condition], key=lambda c: str(c["type"]))
+
+
+def topic_usage(status: dict[str, Any]) -> dict[str, Any]:
+    """The node's ``GET /admin/topics/{t}`` reply as the PlateauTopic's ``status.usage``."""
+    usage = status.get("usage") or {}
+    partitions = {
+        name: {"start": p["start"], "end": p["end"], "bytes": p["bytes"]}
+        for name, p in (usage.get("partitions") or {}).items()
+    }
+    nbytes = int(usage.get("bytes", 0))
+    out: dict[str, Any] = {
+        "bytes": nbytes,
+        "used": format_bytes(nbytes),
+        "records": int(usage.get("records", 0)),
+        "partitions": partitions,
+    }
+    for key, field in (("oldest_time_ms", "oldestTime"), ("newest_time_ms", "newestTime")):
+        if usage.get(key) is not None:
+            out[field] = datetime.fromtimestamp(usage[key] / 1000, UTC).strftime(
+                "%Y-%m-%dT%H:%M:%SZ"
+            )
+    return out
+
+
+def node_usage(info: dict[str, Any]) -> dict[str, Any]:
+    """The node's ``GET /admin/node`` reply as PlateauNode status fields."""
+    allocated = int(info.get("allocated_bytes", 0))
+    used = int(info.get("used_bytes", 0))
+    return {
+        "capacityBytes": int(info.get("capacity_bytes", 0)),
+        "allocatedBytes": allocated,
+        "usedBytes": used,
+        "allocated": format_bytes(allocated),
+        "used": format_bytes(used),
+        "topics": int(info.get("topics", 0)),
+    }
