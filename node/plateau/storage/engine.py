@@ -102,6 +102,7 @@ class Engine:
         self._snapshot = SnapshotWriter(self.data_dir)
         self._snapshot_requests = itertools.count(1)
         self._snapshot_commit = GroupCommit(self._write_snapshot, timed=False)
+        self._snapshot_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshot")
         self._sealer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sealer")
         self._relieving = threading.Event()  # one thread at a time seals early
         self._relaxed = settings.durability.mode == "relaxed"
@@ -167,6 +168,7 @@ class Engine:
             except Exception:
                 log.exception("closing %s/%s failed; recovery will finish it", p.topic, p.name)
         self._sealer.shutdown(wait=True)
+        self._snapshot_worker.shutdown(wait=True)
         self._cache.close()
         self._publish_snapshot()
         self._manifest.close()
@@ -396,11 +398,26 @@ class Engine:
                 t.name, parts, t.config.retention, self._manifest, self._cache, self.data_dir
             )
         TOPIC_BYTES.labels(t.name).set(sum(r.bytes for p in parts for r in p.view().sealed))
-        if doomed or publish:
+        if doomed:
             self._publish_snapshot()  # no longer names the doomed files: now they may go
+        elif publish:
+            self._request_snapshot()
         for path in doomed:
             path.unlink(missing_ok=True)
         return len(doomed)
+
+    def _request_snapshot(self) -> None:
+        """Have a snapshot written soon, without waiting for it (a new sealed segment).
+
+        Why not wait: the sealer called this after every seal, and a snapshot is
+        a file write with two fsyncs; waiting for it capped the seal rate, so with
+        64 partitions sealing small segments early, open segments filled memory
+        and appends got 429. Readers see a new segment a moment later instead.
+        """
+        request = next(self._snapshot_requests)
+        self._snapshot_commit.written(request)
+        with contextlib.suppress(RuntimeError):  # shut down: close() publishes one last time
+            self._snapshot_worker.submit(self._snapshot_commit.wait, request)
 
     def _publish_snapshot(self) -> None:
         """Return once a snapshot taken after this call is written; one write serves many."""
