@@ -1,0 +1,101 @@
+"""A PlateauNode, reconciled: its children applied, its status read from what really runs.
+
+Level-based: every call applies the whole desired set (server-side apply
+changes nothing when nothing changed). Status reflects the StatefulSet's,
+pod's and claim's observed state and the node's own admin API, never what
+was asked for.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from plateau.client.errors import PlateauClientError
+from plateau_operator import resources
+from plateau_operator.kube import Kube, new_token
+from plateau_operator.nodeaccess import endpoint, node_client
+from plateau_operator.spec import InvalidSpec, NodeSpec
+from plateau_operator.status import node_usage, set_condition
+from plateau_operator.topics import Outcome
+
+
+def desired(spec: NodeSpec, namespace: str) -> list[dict[str, Any]]:
+    return [
+        resources.config_map(spec, namespace),
+        resources.service(spec, namespace),
+        resources.service(spec, namespace, headless=True),
+        resources.statefulset(spec, namespace),
+    ]
+
+
+def reconcile(
+    kube: Kube,
+    body: dict[str, Any],
+    image: str,
+    adopt: Any,
+) -> Outcome:
+    """``adopt`` sets the owner reference (kopf.adopt), so children go with the node."""
+    meta, namespace = body["metadata"], body["metadata"]["namespace"]
+    generation = int(meta.get("generation", 0))
+    conditions = (body.get("status") or {}).get("conditions")
+    try:
+        spec = NodeSpec.parse(meta["name"], body["spec"], image)
+    except InvalidSpec as exc:
+        conds = set_condition(conditions, "Ready", False, "Invalid", str(exc), generation)
+        return Outcome({"conditions": conds}, warning=str(exc), permanent=True)
+    n = resources.names(spec.name)
+    if spec.token_secret is None and kube.secret_value(namespace, n["secret"], "token") is None:
+        secret = resources.token_secret(spec, namespace, new_token())
+        adopt(secret)
+        kube.apply(secret)
+    for obj in desired(spec, namespace):
+        adopt(obj)
+        kube.apply(obj)
+    sts = kube.get("apps/v1", "StatefulSet", n["statefulset"], namespace) or {}
+    sts_status = sts.get("status") or {}
+    ready = int(sts_status.get("ready_replicas") or sts_status.get("readyReplicas") or 0) >= 1
+    updated = sts_status.get("update_revision") or sts_status.get("updateRevision")
+    current = sts_status.get("current_revision") or sts_status.get("currentRevision")
+    rolling = bool(updated and current and updated != current)
+    pod = kube.get("v1", "Pod", f"{n['statefulset']}-0", namespace) or {}
+    pvc = kube.get("v1", "PersistentVolumeClaim", n["pvc"], namespace) or {}
+    status: dict[str, Any] = {
+        "observedGeneration": generation,
+        "endpoint": endpoint(body, namespace),
+        "pvcName": n["pvc"],
+        "hostNode": (pod.get("spec") or {}).get("node_name")
+        or (pod.get("spec") or {}).get("nodeName"),
+    }
+    answered = False
+    message = "waiting for the node's pod to be ready"
+    if ready:
+        try:
+            with node_client(kube, body, namespace, image) as client:
+                status |= node_usage(client.node_info() or {})
+            answered = True
+            message = "the node is ready and answers its admin API"
+        except PlateauClientError as exc:
+            message = f"the node's pod is ready but its admin API did not answer: {exc}"
+    pvc_phase = (pvc.get("status") or {}).get("phase")
+    conds = set_condition(
+        conditions, "Ready", answered, "NodeReady" if answered else "NotReady", message, generation
+    )
+    conds = set_condition(
+        conds,
+        "Progressing",
+        rolling or not ready,
+        "RollingUpdate" if rolling else ("Starting" if not ready else "Stable"),
+        f"StatefulSet revision {current} -> {updated}" if rolling else message,
+        generation,
+    )
+    degraded = pvc_phase not in (None, "Bound", "Pending")
+    conds = set_condition(
+        conds,
+        "Degraded",
+        degraded,
+        "VolumeNotBound" if degraded else "Healthy",
+        f"volume claim {n['pvc']} is {pvc_phase}" if degraded else "no problem observed",
+        generation,
+    )
+    status["conditions"] = conds
+    return Outcome(status, retry_after=None if answered else 15.0)

@@ -1,0 +1,177 @@
+"""The operator against a real kube-apiserver and a real node on loopback.
+
+No kubelet here: the PlateauNode's children are created but run no pod, so
+the node is a ``plateau node`` process that the PlateauNode points to with the
+``plateau.dev/endpoint`` annotation (its token in a Secret the node names).
+What is real: the API server, the CRDs, kopf, the operator's handlers and the
+node's admin API. The pod-running parts are in tests/e2e.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.kubeapi import ROOT, KubeApi
+from tests.nodeproc import NodeProcess
+
+NS = "default"
+TOKEN = "node-secret-token"
+GiB = 1 << 30
+
+
+@pytest.fixture(scope="module")
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeApi]:
+    api = KubeApi(Path(tmp_path_factory.mktemp("kubeapi"))).start()
+    try:
+        api.kubectl("apply", "-f", str(ROOT / "crds"))
+        api.kubectl(
+            "wait", "--for=condition=established", "--timeout=60s",
+            "crd/plateaunodes.plateau.dev", "crd/plateautopics.plateau.dev",
+        )  # fmt: skip
+        yield api
+    finally:
+        api.stop()
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[NodeProcess]:
+    env = {
+        "PLATEAU_STORAGE__AUTO_CREATE_TOPICS": "false",
+        "PLATEAU_STORAGE__CAPACITY_BYTES": str(10 * GiB),
+    }
+    proc = NodeProcess(tmp_path / "data", token=TOKEN, env=env).start()
+    yield proc
+    proc.stop()
+
+
+@pytest.fixture
+def operator(kube: KubeApi, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(kube.kubeconfig),
+        "PLATEAU_OPERATOR_RESYNC_SECONDS": "2",
+    }
+    log = (tmp_path / "operator.log").open("wb")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "plateau_operator"], env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+    yield proc
+    proc.terminate()
+    proc.wait(timeout=30)
+
+
+def wait_until(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = check()
+        if last:
+            return last
+        time.sleep(0.3)
+    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+
+
+def get(kube: KubeApi, kind: str, name: str) -> dict[str, Any]:
+    r = kube.kubectl("get", kind, name, "-n", NS, "-o", "json", check=False)
+    return json.loads(r.stdout) if r.returncode == 0 else {}
+
+
+def ready(kube: KubeApi, name: str) -> tuple[str, str]:
+    conds = get(kube, "plateautopic", name).get("status", {}).get("conditions", [])
+    c = next((c for c in conds if c["type"] == "Ready"), {})
+    return c.get("status", ""), c.get("reason", "")
+
+
+def topic(name: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "plateau.dev/v1alpha1",
+        "kind": "PlateauTopic",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"nodeRef": {"name": "n"}, "retention": {"maxBytes": "1Gi"}, **spec},
+    }
+
+
+def node_topic(node: NodeProcess, name: str) -> dict[str, Any] | None:
+    r = httpx.get(f"{node.url}/admin/topics/{name}", headers=node.headers())
+    return r.json() if r.status_code == 200 else None
+
+
+def test_topics_are_reconciled_onto_the_node(
+    kube: KubeApi, node: NodeProcess, operator: subprocess.Popen[bytes], tmp_path: Path
+) -> None:
+    secret = {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {"name": "node-token", "namespace": NS},
+        "data": {"token": base64.b64encode(TOKEN.encode()).decode()},
+    }
+    assert kube.apply(secret).returncode == 0
+    pnode = {
+        "apiVersion": "plateau.dev/v1alpha1",
+        "kind": "PlateauNode",
+        "metadata": {
+            "name": "n",
+            "namespace": NS,
+            "annotations": {"plateau.dev/endpoint": node.url},
+        },
+        "spec": {"storage": {"size": "10Gi"}, "auth": {"secretRef": {"name": "node-token"}}},
+    }
+    assert kube.apply(pnode).returncode == 0
+    try:
+        # the node's children exist, owned by the PlateauNode (no kubelet runs them here)
+        sts = wait_until(lambda: get(kube, "statefulset", "plateau-n"), "the StatefulSet")
+        assert sts["metadata"]["ownerReferences"][0]["kind"] == "PlateauNode"
+        assert get(kube, "configmap", "plateau-n-config") and get(kube, "service", "plateau-n")
+
+        assert kube.apply(topic("events", partitions=2, deletionPolicy="Delete")).returncode == 0
+        wait_until(lambda: ready(kube, "events") == ("True", "Synced"), "events Ready")
+        on_node = node_topic(node, "events")
+        assert on_node and on_node["partitions"] == 2
+        assert on_node["retention"]["max_bytes"] == GiB
+
+        # a lowered budget reaches the node
+        kube.apply(topic("events", partitions=2, deletionPolicy="Delete",
+                         retention={"maxBytes": "512Mi"}))  # fmt: skip
+        wait_until(
+            lambda: (
+                (node_topic(node, "events") or {}).get("retention", {}).get("max_bytes")
+                == 512 << 20
+            ),
+            "the lowered budget",
+        )
+
+        # over budget: Ready=False/OverBudget, and the node holds nothing of it
+        kube.apply(topic("huge", retention={"maxBytes": "100Gi"}))
+        wait_until(lambda: ready(kube, "huge") == ("False", "OverBudget"), "OverBudget")
+        assert node_topic(node, "huge") is None
+
+        # the node loses a topic (an empty volume): the resync puts it back
+        httpx.delete(f"{node.url}/admin/topics/events", headers=node.headers())
+        wait_until(lambda: node_topic(node, "events"), "events put back")
+
+        # the node goes away: NodeUnreachable; back: Ready again by itself
+        node.stop()
+        wait_until(lambda: ready(kube, "events") == ("False", "NodeUnreachable"), "unreachable")
+        node.start()
+        wait_until(lambda: ready(kube, "events") == ("True", "Synced"), "Ready again", 120)
+
+        # deletion: Delete removes the data, Retain keeps it
+        kube.apply(topic("kept"))
+        wait_until(lambda: node_topic(node, "kept"), "kept on the node")
+        kube.kubectl("delete", "plateautopic", "events", "kept", "huge", "-n", NS, "--wait=true")
+        assert node_topic(node, "events") is None
+        assert node_topic(node, "kept") is not None
+    except AssertionError:
+        print((tmp_path / "operator.log").read_text()[-6000:])
+        raise
