@@ -5,6 +5,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.kubeapi import ROOT, KubeApi
 from tests.nodeproc import NodeProcess
 
 
@@ -22,3 +23,18 @@ def open_node(tmp_path: Path) -> Iterator[NodeProcess]:
     proc = NodeProcess(tmp_path / "data").start()
     yield proc
     proc.stop()
+
+
+@pytest.fixture(scope="module")
+def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeApi]:
+    """A real kube-apiserver (and etcd) with the project's CRDs installed, per test module."""
+    api = KubeApi(Path(tmp_path_factory.mktemp("kubeapi"))).start()
+    try:
+        api.kubectl("apply", "-f", str(ROOT / "crds"))
+        api.kubectl(
+            "wait", "--for=condition=established", "--timeout=60s",
+            "crd/plateaunodes.plateau.dev", "crd/plateautopics.plateau.dev",
+        )  # fmt: skip
+        yield api
+    finally:
+        api.stop()

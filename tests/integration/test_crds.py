@@ -4,8 +4,6 @@ invalid object is rejected with a message that says what to fix."""
 from __future__ import annotations
 
 import copy
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,20 +12,6 @@ import yaml
 from tests.kubeapi import ROOT, KubeApi
 
 NS = "default"
-
-
-@pytest.fixture(scope="module")
-def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeApi]:
-    api = KubeApi(Path(tmp_path_factory.mktemp("kubeapi"))).start()
-    try:
-        api.kubectl("apply", "-f", str(ROOT / "crds"))
-        api.kubectl(
-            "wait", "--for=condition=established", "--timeout=60s",
-            "crd/plateaunodes.plateau.dev", "crd/plateautopics.plateau.dev",
-        )  # fmt: skip
-        yield api
-    finally:
-        api.stop()
 
 
 def test_examples_are_accepted_with_defaults_and_short_names(kube: KubeApi) -> None:

@@ -22,26 +22,12 @@ from typing import Any
 import httpx
 import pytest
 
-from tests.kubeapi import ROOT, KubeApi
+from tests.kubeapi import KubeApi
 from tests.nodeproc import NodeProcess
 
 NS = "default"
 TOKEN = "node-secret-token"
 GiB = 1 << 30
-
-
-@pytest.fixture(scope="module")
-def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeApi]:
-    api = KubeApi(Path(tmp_path_factory.mktemp("kubeapi"))).start()
-    try:
-        api.kubectl("apply", "-f", str(ROOT / "crds"))
-        api.kubectl(
-            "wait", "--for=condition=established", "--timeout=60s",
-            "crd/plateaunodes.plateau.dev", "crd/plateautopics.plateau.dev",
-        )  # fmt: skip
-        yield api
-    finally:
-        api.stop()
 
 
 @pytest.fixture
