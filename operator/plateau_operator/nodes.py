@@ -8,9 +8,13 @@ was asked for.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
+from kubernetes.client.exceptions import ApiException
+
 from plateau.client.errors import PlateauClientError
+from plateau.client.units import parse_quantity
 from plateau_operator import resources
 from plateau_operator.kube import Kube, new_token
 from plateau_operator.nodeaccess import endpoint, node_client
@@ -77,6 +81,7 @@ def reconcile(
         except PlateauClientError as exc:
             message = f"the node's pod is ready but its admin API did not answer: {exc}"
     pvc_phase = (pvc.get("status") or {}).get("phase")
+    expansion = expand_volume(kube, spec, namespace, pvc) if pvc_phase == "Bound" else None
     conds = set_condition(
         conditions, "Ready", answered, "NodeReady" if answered else "NotReady", message, generation
     )
@@ -88,14 +93,42 @@ def reconcile(
         f"StatefulSet revision {current} -> {updated}" if rolling else message,
         generation,
     )
-    degraded = pvc_phase not in (None, "Bound", "Pending")
-    conds = set_condition(
-        conds,
-        "Degraded",
-        degraded,
-        "VolumeNotBound" if degraded else "Healthy",
-        f"volume claim {n['pvc']} is {pvc_phase}" if degraded else "no problem observed",
-        generation,
-    )
+    if expansion is not None:
+        reason, message = expansion
+    elif pvc_phase not in (None, "Bound", "Pending"):
+        reason, message = "VolumeNotBound", f"volume claim {n['pvc']} is {pvc_phase}"
+    else:
+        reason, message = "Healthy", "no problem observed"
+    conds = set_condition(conds, "Degraded", reason != "Healthy", reason, message, generation)
     status["conditions"] = conds
     return Outcome(status, retry_after=None if answered else 15.0)
+
+
+def expand_volume(
+    kube: Kube, spec: NodeSpec, namespace: str, pvc: dict[str, Any]
+) -> tuple[str, str] | None:
+    """Grow the bound claim to ``storage.size``; a (reason, message) when that cannot be done.
+
+    A StatefulSet's claim template cannot change, so the claim itself is
+    patched. Whether its StorageClass allows expansion is the API server's
+    call (its PersistentVolumeClaimResize admission): a refusal becomes the
+    ``Degraded`` condition with the server's reason, and the node runs on
+    at the old size.
+    """
+    requests = ((pvc.get("spec") or {}).get("resources") or {}).get("requests") or {}
+    current = parse_quantity(str(requests.get("storage", "0")))
+    if current >= spec.size_bytes:
+        return None
+    name = resources.names(spec.name)["pvc"]
+    body = {"spec": {"resources": {"requests": {"storage": str(spec.size_bytes)}}}}
+    try:
+        kube.patch("v1", "PersistentVolumeClaim", name, namespace, body)
+    except ApiException as exc:
+        try:
+            detail = str(json.loads(exc.body or "")["message"])
+        except (TypeError, ValueError, KeyError):
+            detail = str(exc.reason)
+        cls = (pvc.get("spec") or {}).get("storageClassName") or "(default)"
+        message = f"cannot grow volume claim {name} of StorageClass {cls}: {detail}"
+        return "ExpansionUnsupported", message[:1000]
+    return None

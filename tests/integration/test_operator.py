@@ -20,8 +20,10 @@ from pathlib import Path
 from typing import Any
 
 import httpx
+import pyarrow as pa
 import pytest
 
+from tests.arrowhttp import append
 from tests.kubeapi import KubeApi
 from tests.nodeproc import NodeProcess
 
@@ -126,6 +128,22 @@ def test_topics_are_reconciled_onto_the_node(
         assert on_node and on_node["partitions"] == 2
         assert on_node["retention"]["max_bytes"] == GiB
 
+        # usage is read back into status by the resync
+        append(
+            httpx.Client(base_url=node.url, headers=node.headers()),
+            "events",
+            "0",
+            pa.table({"x": [1, 2], "time": pa.array([1_700_000_000_000] * 2, pa.int64())}),
+        )
+
+        def usage() -> dict[str, Any]:
+            u: dict[str, Any] = get(kube, "plateautopic", "events")["status"].get("usage", {})
+            return u if u.get("records") == 2 else {}
+
+        got = wait_until(usage, "usage in status")
+        assert got["newestTime"] == "2023-11-14T22:13:20Z"
+        assert got["partitions"]["0"]["end"] == 2
+
         # a lowered budget reaches the node
         kube.apply(topic("events", partitions=2, deletionPolicy="Delete",
                          retention={"maxBytes": "512Mi"}))  # fmt: skip
@@ -158,6 +176,67 @@ def test_topics_are_reconciled_onto_the_node(
         kube.kubectl("delete", "plateautopic", "events", "kept", "huge", "-n", NS, "--wait=true")
         assert node_topic(node, "events") is None
         assert node_topic(node, "kept") is not None
+    except AssertionError:
+        print((tmp_path / "operator.log").read_text()[-6000:])
+        raise
+
+
+def test_growing_storage_patches_the_bound_claim_or_says_why_not(
+    kube: KubeApi, operator: subprocess.Popen[bytes], tmp_path: Path
+) -> None:
+    for cls, grows in (("fixed", False), ("growing", True)):
+        kube.apply(
+            {
+                "apiVersion": "storage.k8s.io/v1",
+                "kind": "StorageClass",
+                "metadata": {"name": cls},
+                "provisioner": "example.com/none",
+                "allowVolumeExpansion": grows,
+            }
+        )
+    try:
+        for name, cls in (("m", "fixed"), ("g", "growing")):
+            pnode = {
+                "apiVersion": "plateau.dev/v1alpha1",
+                "kind": "PlateauNode",
+                "metadata": {"name": name, "namespace": NS},
+                "spec": {"storage": {"size": "1Gi", "storageClassName": cls}},
+            }
+            assert kube.apply(pnode).returncode == 0
+            # no controller-manager here: the claim the StatefulSet would make, bound
+            claim = {
+                "apiVersion": "v1",
+                "kind": "PersistentVolumeClaim",
+                "metadata": {"name": f"data-plateau-{name}-0", "namespace": NS},
+                "spec": {
+                    "accessModes": ["ReadWriteOnce"],
+                    "storageClassName": cls,
+                    "volumeName": f"pv-{name}",
+                    "resources": {"requests": {"storage": "1Gi"}},
+                },
+            }
+            assert kube.apply(claim).returncode == 0
+            kube.kubectl(
+                "patch", "pvc", f"data-plateau-{name}-0", "-n", NS, "--subresource=status",
+                "--type=merge", "-p", '{"status": {"phase": "Bound"}}',
+            )  # fmt: skip
+            pnode["spec"]["storage"]["size"] = "2Gi"
+            assert kube.apply(pnode).returncode == 0
+
+        def degraded() -> str:
+            conds = get(kube, "plateaunode", "m").get("status", {}).get("conditions", [])
+            c = next((c for c in conds if c["type"] == "Degraded"), {})
+            return str(c.get("message", "")) if c.get("reason") == "ExpansionUnsupported" else ""
+
+        message = wait_until(degraded, "Degraded/ExpansionUnsupported")
+        assert "StorageClass fixed" in message and "must support resize" in message
+        wait_until(
+            lambda: (
+                get(kube, "pvc", "data-plateau-g-0")["spec"]["resources"]["requests"]["storage"]
+                == str(2 * GiB)
+            ),
+            "the claim grown",
+        )
     except AssertionError:
         print((tmp_path / "operator.log").read_text()[-6000:])
         raise

@@ -149,3 +149,15 @@ def test_one_engine_per_data_directory(make_engine: EngineFactory) -> None:
     make_engine()
     with pytest.raises(Unavailable, match="in use"):
         make_engine()
+
+
+def test_usage_reports_the_oldest_and_newest_record_time(make_engine: EngineFactory) -> None:
+    e = make_engine()
+    e.append("t", "0", pa.table({"x": [1, 2], "time": pa.array([5_000, 1_000], pa.int64())}))
+    e.append("t", "1", pa.table({"x": [3], "time": pa.array([9_000], pa.int64())}))
+    usage = e.topic_usage("t")  # from the open segments
+    assert (usage.oldest_time_ms, usage.newest_time_ms) == (1_000, 9_000)
+    assert usage.partitions["0"].newest_time_ms == 5_000
+    e.close()
+    usage = make_engine().topic_usage("t")  # from the sealed segments' manifest rows
+    assert (usage.oldest_time_ms, usage.newest_time_ms) == (1_000, 9_000)

@@ -62,11 +62,17 @@ class PartitionUsageModel(BaseModel):
     bytes: int
     records: int
     segments: int
+    oldest_time_ms: int | None = Field(
+        description="Earliest record time kept (epoch ms; from segment bounds, may be earlier)."
+    )
+    newest_time_ms: int | None = Field(description="Latest record time kept (epoch ms).")
 
 
 class TopicUsageModel(BaseModel):
     bytes: int
     records: int
+    oldest_time_ms: int | None
+    newest_time_ms: int | None
     partitions: dict[str, PartitionUsageModel]
 
 

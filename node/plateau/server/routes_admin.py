@@ -91,12 +91,20 @@ def _topic_status(engine: Engine, topic: str) -> dict[str, Any]:
             "bytes": part.bytes,
             "records": part.records,
             "segments": part.segments,
+            "oldest_time_ms": part.oldest_time_ms,
+            "newest_time_ms": part.newest_time_ms,
         }
         for name, part in usage.partitions.items()
     }
     return {
         **config.model_dump(mode="json"),
-        "usage": {"bytes": usage.bytes, "records": usage.records, "partitions": partitions},
+        "usage": {
+            "bytes": usage.bytes,
+            "records": usage.records,
+            "oldest_time_ms": usage.oldest_time_ms,
+            "newest_time_ms": usage.newest_time_ms,
+            "partitions": partitions,
+        },
     }
 
 

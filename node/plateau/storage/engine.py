@@ -218,11 +218,28 @@ class Engine:
             view = p.view()
             nbytes = sum(r.bytes for r in view.sealed) + sum(s.nbytes for s, _ in view.pending)
             records = view.end - view.start
-            usage.partitions[name] = PartitionUsage(
-                Span(view.start, view.end), nbytes, records, len(view.sealed) + len(view.pending)
+            lows = [r.min_time_ms for r in view.sealed]
+            highs = [r.max_time_ms for r in view.sealed]
+            for seg, visible in view.pending:
+                if visible and seg.min_time_ms is not None and seg.max_time_ms is not None:
+                    lows.append(seg.min_time_ms)
+                    highs.append(seg.max_time_ms)
+            part = PartitionUsage(
+                Span(view.start, view.end),
+                nbytes,
+                records,
+                len(view.sealed) + len(view.pending),
+                min(lows, default=None),
+                max(highs, default=None),
             )
+            usage.partitions[name] = part
             usage.bytes += nbytes
             usage.records += records
+        kept = usage.partitions.values()
+        lows = [p.oldest_time_ms for p in kept if p.oldest_time_ms is not None]
+        highs = [p.newest_time_ms for p in kept if p.newest_time_ms is not None]
+        usage.oldest_time_ms = min(lows, default=None)
+        usage.newest_time_ms = max(highs, default=None)
         return usage
 
     def node_usage(self) -> NodeUsage:

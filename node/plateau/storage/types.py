@@ -88,12 +88,16 @@ class PartitionUsage:
     bytes: int
     records: int
     segments: int
+    oldest_time_ms: int | None = None  # of the records kept (segment bounds, not exact)
+    newest_time_ms: int | None = None
 
 
 @dataclass
 class TopicUsage:
     bytes: int
     records: int
+    oldest_time_ms: int | None = None
+    newest_time_ms: int | None = None
     partitions: dict[str, PartitionUsage] = field(default_factory=dict)
 
 
