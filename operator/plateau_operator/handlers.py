@@ -20,7 +20,7 @@ from plateau_operator import nodes, topics
 from plateau_operator.kube import Kube
 from plateau_operator.nodeaccess import paused
 from plateau_operator.spec import DEFAULT_IMAGE
-from plateau_operator.topics import Outcome
+from plateau_operator.status import Outcome
 
 GROUP, VERSION = "plateau.dev", "v1alpha1"
 RESYNC_SECONDS = float(os.environ.get("PLATEAU_OPERATOR_RESYNC_SECONDS", "60"))

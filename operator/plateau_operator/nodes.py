@@ -19,8 +19,7 @@ from plateau_operator import resources
 from plateau_operator.kube import Kube, new_token
 from plateau_operator.nodeaccess import endpoint, node_client
 from plateau_operator.spec import InvalidSpec, NodeSpec
-from plateau_operator.status import node_usage, set_condition
-from plateau_operator.topics import Outcome
+from plateau_operator.status import Outcome, node_usage, set_condition
 
 
 def desired(spec: NodeSpec, namespace: str) -> list[dict[str, Any]]:

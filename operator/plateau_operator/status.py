@@ -8,6 +8,7 @@ that writes the same state every time leaves it alone (and GitOps tools and
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -21,6 +22,16 @@ class TopicReason(StrEnum):
     NODE_NOT_FOUND = "NodeNotFound"
     NODE_UNREACHABLE = "NodeUnreachable"
     INVALID = "Invalid"
+
+
+@dataclass
+class Outcome:
+    """What a reconcile decided: the status to write, and whether and when to try again."""
+
+    status: dict[str, Any]
+    retry_after: float | None = None  # None: done until the next change or timer
+    warning: str | None = None  # an Event to emit (over budget, invalid)
+    permanent: bool = False  # retrying cannot help (Invalid)
 
 
 def now_iso() -> str:

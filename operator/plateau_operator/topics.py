@@ -8,22 +8,21 @@ says what the status becomes and whether and when to try again.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from plateau.client.errors import ConflictError, NotFoundError, PlateauClientError
 from plateau_operator.kube import Kube
 from plateau_operator.nodeaccess import API_VERSION, node_client
 from plateau_operator.spec import InvalidSpec, TopicSpec
-from plateau_operator.status import TopicReason, now_iso, set_condition, topic_usage
+from plateau_operator.status import (
+    Outcome,
+    TopicReason,
+    now_iso,
+    set_condition,
+    topic_usage,
+)
 
-
-@dataclass
-class Outcome:
-    status: dict[str, Any]
-    retry_after: float | None = None  # None: done until the next change or timer
-    warning: str | None = None  # an Event to emit (over budget, invalid)
-    permanent: bool = False  # retrying cannot help (Invalid)
+DELETE_ATTEMPTS = 5  # then a deleted PlateauTopic lets go, keeping the data
 
 
 def reconcile(
@@ -95,6 +94,3 @@ def delete(
     except PlateauClientError:
         return attempt >= DELETE_ATTEMPTS
     return True
-
-
-DELETE_ATTEMPTS = 5
