@@ -1,7 +1,8 @@
 """The in-flight body budget, against a real node: a burst of writers gets 429, not an OOM.
 
 One append is held half-sent on a raw socket, so the node holds its declared
-length in the budget for as long as the test wants; no timing is involved.
+length in the budget for as long as the test wants (``GET /admin/node`` shows
+when it does); no timing is involved.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -67,13 +69,13 @@ def test_append_past_the_inflight_budget_is_refused_whole_and_retryable(node: No
     with node.client() as c:
         assert append(c, "t", "0", body_of(10, tag=0)).status_code == 200
         held = HalfSent(node, "t", "0", held_body)
-        # wait until the node has read the headers and reserved the declared length
-        for _ in range(200):
-            second = append(c, "t", "0", body_of(1000, tag=2))
-            if second.status_code == 429:
-                break
-            # the node took it before it saw the held request: that one is stored, go again
-            assert second.status_code == 200, second.text
+        # wait until the node has read the headers and reserved the declared length (shown
+        # in its memory budget); appending before that could race the held request for it
+        deadline = time.monotonic() + 30
+        while c.get("/admin/node").json()["memory"]["parts"]["bodies"]["used"] < len(held_body):
+            assert time.monotonic() < deadline, "the node never reserved the held body"
+            time.sleep(0.01)
+        second = append(c, "t", "0", body_of(1000, tag=2))
         assert second.status_code == 429, second.text
         assert int(second.headers["retry-after"]) >= 1
         message = second.json()["message"]
