@@ -77,7 +77,8 @@ class Engine:
     the manifest's lock -> the catalog's dict locks, which guard only their
     dicts: no I/O, retention or sealing ever happens under them. The engine
     itself holds no lock of its own: ``snapshot.json`` is written through a
-    group commit, and early sealing is one thread at a time by a flag.
+    group commit, and early sealing is one thread at a time by a lock that is
+    only ever try-acquired.
     """
 
     def __init__(self, settings: StorageSettings) -> None:
@@ -104,7 +105,8 @@ class Engine:
         self._snapshot_commit = GroupCommit(self._write_snapshot, timed=False)
         self._snapshot_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshot")
         self._sealer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sealer")
-        self._relieving = threading.Event()  # one thread at a time seals early
+        # one thread at a time seals early (only ever try-acquired, so it orders with nothing)
+        self._relieving = threading.Lock()
         self._relaxed = settings.durability.mode == "relaxed"
         self._closed = threading.Event()
         self._manifest, recovered = self._open_and_recover()
@@ -305,9 +307,8 @@ class Engine:
 
     def _seal_early(self) -> None:
         """Memory is short: hand the largest open segments to the sealer, one thread at a time."""
-        if self._relieving.is_set():
-            return
-        self._relieving.set()
+        if not self._relieving.acquire(blocking=False):
+            return  # another thread is at it
         try:
             excess = self.memory.seal_early_excess()
             parts = self._catalog.all_partitions()
@@ -320,7 +321,7 @@ class Engine:
                     EARLY_SEALS.inc()
                     excess -= handed
         finally:
-            self._relieving.clear()
+            self._relieving.release()
 
     def _check_free_space(self) -> None:
         free = shutil.disk_usage(self.data_dir).free
