@@ -15,8 +15,9 @@ import os
 from typing import Any
 
 import kopf
+from prometheus_client import start_http_server
 
-from plateau_operator import nodes, topics
+from plateau_operator import nodes, telemetry, topics
 from plateau_operator.kube import Kube
 from plateau_operator.nodeaccess import paused
 from plateau_operator.spec import DEFAULT_IMAGE
@@ -25,6 +26,9 @@ from plateau_operator.status import Outcome
 GROUP, VERSION = "plateau.dev", "v1alpha1"
 RESYNC_SECONDS = float(os.environ.get("PLATEAU_OPERATOR_RESYNC_SECONDS", "60"))
 IMAGE = os.environ.get("PLATEAU_OPERATOR_NODE_IMAGE", DEFAULT_IMAGE)
+METRICS_PORT = int(os.environ.get("PLATEAU_OPERATOR_METRICS_PORT", "8080"))  # 0: none
+# A reconcile running longer than this is wedged: the liveness probe fails.
+STALL_SECONDS = float(os.environ.get("PLATEAU_OPERATOR_STALL_SECONDS", "300"))
 _kube: Kube | None = None
 
 
@@ -43,12 +47,34 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         prefix=GROUP, key="last-handled-configuration"
     )
     settings.posting.level = logging.INFO
+    logging.captureWarnings(True)  # warnings become log records too: every line is JSON
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per node call is noise
     settings.watching.server_timeout = 300
     kube()
+    if METRICS_PORT:
+        start_http_server(METRICS_PORT)
 
 
-def _finish(outcome: Outcome, patch: kopf.Patch, body: kopf.Body) -> None:
+@kopf.on.probe(id="reconcileSeconds")
+def probe_progress(**_: Any) -> float:
+    """Age of the oldest running reconcile; fails the liveness probe past the bound."""
+    return telemetry.check_progress(STALL_SECONDS)
+
+
+@kopf.on.probe(id="apiServer")
+def probe_api_server(**_: Any) -> str:
+    """The API server's version, asked now: fails the probe when it cannot be reached."""
+    return kube().server_version()
+
+
+def _finish(outcome: Outcome, patch: kopf.Patch, body: kopf.Body, result: list[str]) -> None:
     patch.status.update(outcome.status)
+    result[0] = "invalid" if outcome.permanent else "retry" if outcome.retry_after else "ok"
+    ready = next((c for c in outcome.status.get("conditions", []) if c["type"] == "Ready"), None)
+    if ready is not None:
+        meta = body.metadata
+        up = 1.0 if ready["status"] == "True" else 0.0
+        telemetry.CONDITION.labels(body["kind"], meta.namespace or "", meta.name or "").set(up)
     if outcome.warning:
         kopf.warn(body, reason="ReconcileFailed", message=outcome.warning)
     if outcome.permanent:
@@ -78,25 +104,30 @@ def reconcile_topic(
 ) -> None:
     if paused(dict(meta)) or namespace is None:
         return
-    outcome = topics.reconcile(
-        kube(),
-        name,
-        namespace,
-        dict(spec),
-        dict(status),
-        int(meta.get("generation", 0)),
-        IMAGE,
-        attempt=retry,
-    )
-    _finish(outcome, patch, body)
+    with telemetry.reconciling("PlateauTopic") as result:
+        outcome = topics.reconcile(
+            kube(),
+            name,
+            namespace,
+            dict(spec),
+            dict(status),
+            int(meta.get("generation", 0)),
+            IMAGE,
+            attempt=retry,
+        )
+        _finish(outcome, patch, body, result)
 
 
 @kopf.on.delete(GROUP, VERSION, "plateautopics")
 def delete_topic(name: str, namespace: str | None, spec: kopf.Spec, retry: int, **_: Any) -> None:
     if namespace is None:
         return
-    if not topics.delete(kube(), name, namespace, dict(spec), IMAGE, retry):
-        raise kopf.TemporaryError("the node did not answer; trying again", delay=10)
+    with telemetry.reconciling("PlateauTopicDeletion") as result:
+        if not topics.delete(kube(), name, namespace, dict(spec), IMAGE, retry):
+            result[0] = "retry"
+            raise kopf.TemporaryError("the node did not answer; trying again", delay=10)
+        result[0] = "ok"
+    telemetry.forget("PlateauTopic", namespace, name)
 
 
 # --- PlateauNode --------------------------------------------------------------------
@@ -109,8 +140,15 @@ def delete_topic(name: str, namespace: str | None, spec: kopf.Spec, retry: int, 
 def reconcile_node(meta: kopf.Meta, body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
     if paused(dict(meta)):
         return
-    outcome = nodes.reconcile(kube(), _plain(body), IMAGE, lambda obj: kopf.adopt(obj, owner=body))
-    _finish(outcome, patch, body)
+    with telemetry.reconciling("PlateauNode") as result:
+        adopt = lambda obj: kopf.adopt(obj, owner=body)  # noqa: E731
+        outcome = nodes.reconcile(kube(), _plain(body), IMAGE, adopt)
+        _finish(outcome, patch, body, result)
+
+
+@kopf.on.delete(GROUP, VERSION, "plateaunodes", optional=True)  # no finalizer: owners cascade
+def forget_node(name: str, namespace: str | None, **_: Any) -> None:
+    telemetry.forget("PlateauNode", namespace or "", name)
 
 
 def _plain(body: kopf.Body) -> dict[str, Any]:

@@ -28,6 +28,11 @@ class Kube:
         self.dynamic = DynamicClient(self.api)
         self.core = client.CoreV1Api(self.api)
 
+    def server_version(self) -> str:
+        """Asks the API server now (a liveness check), with a short timeout."""
+        info = client.VersionApi(self.api).get_code(_request_timeout=5)
+        return str(info.git_version)
+
     def _resource(self, api_version: str, kind: str) -> Any:
         return self.dynamic.resources.get(api_version=api_version, kind=kind)
 

@@ -92,12 +92,10 @@ def service(spec: NodeSpec, namespace: str, headless: bool = False) -> dict[str,
     }
     if headless:
         body |= {"clusterIP": "None", "publishNotReadyAddresses": True}
-    return {
-        "apiVersion": "v1",
-        "kind": "Service",
-        "metadata": _meta(n["headless" if headless else "service"], spec.name, namespace),
-        "spec": body,
-    }
+    meta = _meta(n["headless" if headless else "service"], spec.name, namespace)
+    # The chart's ServiceMonitor scrapes the api Service only: each node once.
+    meta["labels"]["app.kubernetes.io/component"] = "peers" if headless else "api"
+    return {"apiVersion": "v1", "kind": "Service", "metadata": meta, "spec": body}
 
 
 def endpoint(spec: NodeSpec, namespace: str) -> str:

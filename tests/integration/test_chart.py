@@ -3,14 +3,26 @@ accepted by a real kube-apiserver (server-side dry run), cluster-wide and namesp
 
 from __future__ import annotations
 
+import json
+import re
 import subprocess
+from pathlib import Path
+from typing import Any
 
+import httpx
 import pytest
 import yaml
+from prometheus_client import REGISTRY
+from prometheus_client.parser import text_string_to_metric_families
 
+from plateau_operator import resources, telemetry
+from plateau_operator.spec import DEFAULT_IMAGE, NodeSpec
 from tests.kubeapi import ROOT, KubeApi, binaries
+from tests.nodeproc import NodeProcess
 
 CHART = ROOT / "charts" / "plateau"
+METRIC = re.compile(r"\bplateau_[a-z_]+")
+assert telemetry.RECONCILES  # registers the operator's metrics in this process
 
 
 def helm(*args: str) -> subprocess.CompletedProcess[str]:
@@ -35,7 +47,10 @@ def test_lint_and_values_schema() -> None:
 
 @pytest.mark.parametrize(
     "values",
-    [[], ["--set", "watchNamespaces={team-a,team-b}", "--set", "networkPolicy.enabled=true"]],
+    [
+        ["--set", "monitoring.dashboard.enabled=true"],
+        ["--set", "watchNamespaces={team-a,team-b}", "--set", "networkPolicy.enabled=true"],
+    ],
 )
 def test_rendered_objects_are_accepted_by_the_api_server(kube: KubeApi, values: list[str]) -> None:
     for ns in ("plateau-system", "team-a", "team-b"):
@@ -55,3 +70,56 @@ def test_rendered_objects_are_accepted_by_the_api_server(kube: KubeApi, values: 
             assert pod["securityContext"]["runAsNonRoot"] is True
             assert pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
             assert doc["spec"]["strategy"]["type"] == "Recreate"
+
+
+def _rendered(*values: str) -> list[dict[str, Any]]:
+    r = helm("template", "plateau", str(CHART), "--namespace", "plateau-system", *values)
+    assert r.returncode == 0, r.stderr
+    return [d for d in yaml.safe_load_all(r.stdout) if d]
+
+
+def test_dashboard_queries_only_metrics_the_node_and_operator_export(tmp_path: Path) -> None:
+    docs = _rendered("--set", "monitoring.dashboard.enabled=true")
+    (cm,) = [d for d in docs if d["kind"] == "ConfigMap"]
+    assert cm["metadata"]["labels"]["grafana_dashboard"] == "1"
+    dashboard = json.loads(cm["data"]["plateau-nodes.json"])
+    exprs = [t["expr"] for p in dashboard["panels"] for t in p["targets"]]
+    wanted = {re.sub(r"_(bucket|count|sum)$", "", m) for e in exprs for m in METRIC.findall(e)}
+    titles = " ".join(p["title"] for p in dashboard["panels"]).lower()
+    for topic in ("ingest", "refused", "budget", "fsync", "seal"):
+        assert topic in titles
+
+    node = NodeProcess(tmp_path / "data").start()
+    try:
+        scraped = httpx.get(f"{node.url}/metrics").text
+    finally:
+        node.stop()
+    exported = {f.name for f in text_string_to_metric_families(scraped)}
+    exported |= {f.name for f in REGISTRY.collect() if f.name.startswith("plateau_operator_")}
+    assert "plateau_operator_reconciles" in exported  # telemetry is imported
+    missing = {m.removesuffix("_total") for m in wanted} - exported
+    assert not missing, f"the dashboard queries metrics nobody exports: {sorted(missing)}"
+
+
+def test_service_monitor_scrapes_each_node_once_and_the_operator() -> None:
+    docs = _rendered("--set", "monitoring.serviceMonitor.enabled=true",
+                     "--set", "monitoring.serviceMonitor.labels.release=prom")  # fmt: skip
+    monitors = {d["metadata"]["name"]: d for d in docs if d["kind"] == "ServiceMonitor"}
+    nodes, op = monitors["plateau-nodes"], monitors["plateau-operator"]
+    assert nodes["metadata"]["labels"]["release"] == "prom"
+    assert nodes["spec"]["namespaceSelector"] == {"any": True}
+    spec = NodeSpec.parse("n", {"storage": {"size": "1Gi"}}, DEFAULT_IMAGE)
+    api, peers = resources.service(spec, "ns"), resources.service(spec, "ns", headless=True)
+    want = nodes["spec"]["selector"]["matchLabels"]
+    assert want.items() <= api["metadata"]["labels"].items()
+    assert not want.items() <= peers["metadata"]["labels"].items()
+    assert nodes["spec"]["endpoints"][0]["port"] == api["spec"]["ports"][0]["name"]
+    (svc,) = [d for d in docs if d["kind"] == "Service"]
+    assert op["spec"]["selector"]["matchLabels"].items() <= svc["metadata"]["labels"].items()
+    (deploy,) = [d for d in docs if d["kind"] == "Deployment"]
+    ports = {p["name"] for p in deploy["spec"]["template"]["spec"]["containers"][0]["ports"]}
+    assert op["spec"]["endpoints"][0]["port"] in ports
+    narrowed = _rendered("--set", "monitoring.serviceMonitor.enabled=true",
+                         "--set", "watchNamespaces={a,b}")  # fmt: skip
+    (mon,) = [d for d in narrowed if d["metadata"]["name"] == "plateau-nodes"]
+    assert mon["spec"]["namespaceSelector"] == {"matchNames": ["a", "b"]}

@@ -16,16 +16,18 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import httpx
 import pyarrow as pa
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
 from tests.arrowhttp import append
 from tests.kubeapi import KubeApi
-from tests.nodeproc import NodeProcess
+from tests.nodeproc import NodeProcess, free_port
 
 NS = "default"
 TOKEN = "node-secret-token"
@@ -43,20 +45,43 @@ def node(tmp_path: Path) -> Iterator[NodeProcess]:
     proc.stop()
 
 
+@dataclass
+class Operator:
+    proc: subprocess.Popen[bytes]
+    metrics: str
+    health: str
+
+
 @pytest.fixture
-def operator(kube: KubeApi, tmp_path: Path) -> Iterator[subprocess.Popen[bytes]]:
+def operator(kube: KubeApi, tmp_path: Path) -> Iterator[Operator]:
+    metrics, health = free_port(), free_port()
     env = {
         **os.environ,
         "KUBECONFIG": str(kube.kubeconfig),
         "PLATEAU_OPERATOR_RESYNC_SECONDS": "2",
+        "PLATEAU_OPERATOR_METRICS_PORT": str(metrics),
+        "PLATEAU_OPERATOR_HEALTH_PORT": str(health),
     }
     log = (tmp_path / "operator.log").open("wb")
     proc = subprocess.Popen(
         [sys.executable, "-m", "plateau_operator"], env=env, stdout=log, stderr=subprocess.STDOUT
     )
-    yield proc
+    yield Operator(
+        proc, f"http://127.0.0.1:{metrics}/metrics", f"http://127.0.0.1:{health}/healthz"
+    )
     proc.terminate()
     proc.wait(timeout=30)
+
+
+def metric(text: str, sample_name: str, **labels: str) -> float:
+    """The value of one sample of a Prometheus text exposition (0 when absent)."""
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == sample_name and all(
+                sample.labels.get(k) == v for k, v in labels.items()
+            ):
+                return float(sample.value)
+    return 0.0
 
 
 def wait_until(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
@@ -96,7 +121,7 @@ def node_topic(node: NodeProcess, name: str) -> dict[str, Any] | None:
 
 
 def test_topics_are_reconciled_onto_the_node(
-    kube: KubeApi, node: NodeProcess, operator: subprocess.Popen[bytes], tmp_path: Path
+    kube: KubeApi, node: NodeProcess, operator: Operator, tmp_path: Path
 ) -> None:
     secret = {
         "apiVersion": "v1",
@@ -127,6 +152,18 @@ def test_topics_are_reconciled_onto_the_node(
         on_node = node_topic(node, "events")
         assert on_node and on_node["partitions"] == 2
         assert on_node["retention"]["max_bytes"] == GiB
+
+        # the operator counts and times what it did, and says it is alive and making progress
+        scraped = httpx.get(operator.metrics).text
+        assert metric(scraped, "plateau_operator_reconciles_total", kind="PlateauTopic",
+                      result="ok") >= 1  # fmt: skip
+        assert metric(scraped, "plateau_operator_reconcile_seconds_count", kind="PlateauNode") >= 1
+        assert metric(scraped, "plateau_operator_resources_ready", kind="PlateauTopic",
+                      namespace=NS, name="events") == 1  # fmt: skip
+        health = httpx.get(operator.health)
+        assert health.status_code == 200
+        assert health.json()["apiServer"].startswith("v1.")
+        assert 0 <= health.json()["reconcileSeconds"] < 60
 
         # usage is read back into status by the resync
         append(
@@ -159,6 +196,15 @@ def test_topics_are_reconciled_onto_the_node(
         kube.apply(topic("huge", retention={"maxBytes": "100Gi"}))
         wait_until(lambda: ready(kube, "huge") == ("False", "OverBudget"), "OverBudget")
         assert node_topic(node, "huge") is None
+        scraped = httpx.get(operator.metrics).text
+        assert metric(scraped, "plateau_operator_reconciles_total", kind="PlateauTopic",
+                      result="retry") >= 1  # fmt: skip
+        assert metric(scraped, "plateau_operator_resources_ready", kind="PlateauTopic",
+                      namespace=NS, name="huge") == 0  # fmt: skip
+        warned = json.loads(kube.kubectl("get", "events", "-n", NS, "-o", "json",
+                            "--field-selector", "involvedObject.name=huge").stdout)  # fmt: skip
+        assert any(e["type"] == "Warning" and "does not fit" in e["message"]
+                   for e in warned["items"])  # fmt: skip
 
         # the node loses a topic (an empty volume): the resync puts it back
         httpx.delete(f"{node.url}/admin/topics/events", headers=node.headers())
@@ -176,13 +222,17 @@ def test_topics_are_reconciled_onto_the_node(
         kube.kubectl("delete", "plateautopic", "events", "kept", "huge", "-n", NS, "--wait=true")
         assert node_topic(node, "events") is None
         assert node_topic(node, "kept") is not None
+
+        # logs are JSON lines (one object each), for log pipelines
+        lines = (tmp_path / "operator.log").read_text().splitlines()
+        assert lines and all("message" in json.loads(line) for line in lines), lines[:5]
     except AssertionError:
         print((tmp_path / "operator.log").read_text()[-6000:])
         raise
 
 
 def test_growing_storage_patches_the_bound_claim_or_says_why_not(
-    kube: KubeApi, operator: subprocess.Popen[bytes], tmp_path: Path
+    kube: KubeApi, operator: Operator, tmp_path: Path
 ) -> None:
     for cls, grows in (("fixed", False), ("growing", True)):
         kube.apply(

@@ -111,7 +111,10 @@ def test_children_carry_only_the_operators_labels() -> None:
         resources.token_secret(spec, "ns", "t0k"),
     ]
     for obj in objs:
-        assert obj["metadata"]["labels"] == resources.labels("ingest")
+        own = resources.labels("ingest")
+        assert own.items() <= obj["metadata"]["labels"].items()
+        extra = obj["metadata"]["labels"].keys() - own.keys()
+        assert extra <= {"app.kubernetes.io/component"}, extra  # only app.kubernetes.io/*
         assert "app.kubernetes.io/instance" not in obj["metadata"]["labels"]  # Argo CD's
     assert objs[2]["spec"]["clusterIP"] == "None"
 
