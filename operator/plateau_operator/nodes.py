@@ -51,7 +51,10 @@ def reconcile(
         secret = resources.token_secret(spec, namespace, new_token())
         adopt(secret)
         kube.apply(secret)
+    existing = kube.get("apps/v1", "StatefulSet", n["statefulset"], namespace)
     for obj in desired(spec, namespace):
+        if obj["kind"] == "StatefulSet":
+            keep_claim_template(obj, existing)
         adopt(obj)
         kube.apply(obj)
     sts = kube.get("apps/v1", "StatefulSet", n["statefulset"], namespace) or {}
@@ -101,6 +104,28 @@ def reconcile(
     conds = set_condition(conds, "Degraded", reason != "Healthy", reason, message, generation)
     status["conditions"] = conds
     return Outcome(status, retry_after=None if answered else 15.0)
+
+
+def keep_claim_template(sts: dict[str, Any], existing: dict[str, Any] | None) -> None:
+    """Send the claim template the StatefulSet was created with: the API server forbids
+    changing it (found on the real cluster: growing ``storage.size`` made every later
+    apply fail). A larger size reaches the claim itself (``expand_volume``)."""
+    old = ((existing or {}).get("spec") or {}).get("volumeClaimTemplates") or []
+    if not old:
+        return
+    template = sts["spec"]["volumeClaimTemplates"][0]
+    template["metadata"] = {
+        "name": template["metadata"]["name"],
+        "labels": (old[0].get("metadata") or {}).get("labels") or {},
+    }
+    was = old[0].get("spec") or {}
+    now = template["spec"]
+    for key in ("accessModes", "storageClassName"):
+        if key in was:
+            now[key] = was[key]
+        else:
+            now.pop(key, None)
+    now["resources"] = {"requests": {"storage": was["resources"]["requests"]["storage"]}}
 
 
 def expand_volume(

@@ -151,6 +151,9 @@ def statefulset(spec: NodeSpec, namespace: str) -> dict[str, Any]:
     if spec.pull_policy:
         container["imagePullPolicy"] = spec.pull_policy
     pod_spec: dict[str, Any] = {
+        # No Docker-link variables: a Service named plateau-* would otherwise put
+        # PLATEAU_*_PORT=tcp://... into the node's environment, where its settings live.
+        "enableServiceLinks": False,
         "containers": [container],
         "terminationGracePeriodSeconds": GRACE_SECONDS,
         "securityContext": {
@@ -199,9 +202,10 @@ def statefulset(spec: NodeSpec, namespace: str) -> dict[str, Any]:
                 "spec": pod_spec,
             },
             "volumeClaimTemplates": [claim],
-            # the data outlives a deleted StatefulSet; the PlateauNode's deletion decides
+            # The StatefulSet goes with its PlateauNode (owner reference); its
+            # claim stays unless spec.retainVolume is false.
             "persistentVolumeClaimRetentionPolicy": {
-                "whenDeleted": "Retain",
+                "whenDeleted": "Retain" if spec.retain_volume else "Delete",
                 "whenScaled": "Retain",
             },
         },

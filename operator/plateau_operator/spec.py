@@ -108,6 +108,7 @@ class NodeSpec:
     reserve_fraction: float | None
     segment: dict[str, Any]
     token_secret: tuple[str, str] | None  # (name, key) of a user's Secret
+    retain_volume: bool = True  # the claim outlives the PlateauNode
 
     @classmethod
     def parse(cls, name: str, spec: dict[str, Any], default_image: str) -> NodeSpec:
@@ -129,6 +130,7 @@ class NodeSpec:
             reserve_fraction=settings.get("reserveFraction"),
             segment=segment_settings(settings.get("segment") or {}, "spec.settings.segment"),
             token_secret=(ref["name"], ref.get("key", "token")) if ref else None,
+            retain_volume=bool(spec.get("retainVolume", True)),
         )
 
     def node_config(self) -> dict[str, Any]:

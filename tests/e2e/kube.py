@@ -87,9 +87,9 @@ class Kube:
         body = {"apiVersion": "v1", "kind": "List", "items": items}
         self.run("apply", "-f", "-", stdin=json.dumps(body))
 
-    def get(self, kind: str, name: str = "", **kwargs: Any) -> Any:
-        args = ["get", kind] + ([name] if name else []) + ["-o", "json"]
-        return json.loads(self(*args, **kwargs))
+    def get(self, kind: str, *names: str, **kwargs: Any) -> Any:
+        """``kubectl get`` as JSON; ``names`` may hold a name and flags (``-l``, selectors)."""
+        return json.loads(self("get", kind, *names, "-o", "json", **kwargs))
 
     def wait_for(self, what: str, predicate: Any, timeout: float = 180, interval: float = 1) -> Any:
         """Polls predicate() until it returns a true value; returns it."""

@@ -30,7 +30,8 @@ def kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[KubeApi]:
     """A real kube-apiserver (and etcd) with the project's CRDs installed, per test module."""
     api = KubeApi(Path(tmp_path_factory.mktemp("kubeapi"))).start()
     try:
-        api.kubectl("apply", "-f", str(ROOT / "crds"))
+        # server-side: strict field validation, so a malformed schema key fails here
+        api.kubectl("apply", "--server-side", "-f", str(ROOT / "crds"))
         api.kubectl(
             "wait", "--for=condition=established", "--timeout=60s",
             "crd/plateaunodes.plateau.dev", "crd/plateautopics.plateau.dev",

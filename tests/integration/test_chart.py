@@ -18,6 +18,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from plateau_operator import resources, telemetry
 from plateau_operator.spec import DEFAULT_IMAGE, NodeSpec
 from tests.kubeapi import ROOT, KubeApi, binaries
+from tests.kubeschemas import TEMPLATE as SCHEMA_TEMPLATE
+from tests.kubeschemas import write_schemas
 from tests.nodeproc import NodeProcess
 
 CHART = ROOT / "charts" / "plateau"
@@ -70,6 +72,8 @@ def test_rendered_objects_are_accepted_by_the_api_server(kube: KubeApi, values: 
             assert pod["securityContext"]["runAsNonRoot"] is True
             assert pod["containers"][0]["securityContext"]["readOnlyRootFilesystem"] is True
             assert doc["spec"]["strategy"]["type"] == "Recreate"
+            # a Service's link variables would override PLATEAU_OPERATOR_METRICS_PORT
+            assert pod["enableServiceLinks"] is False
 
 
 def _rendered(*values: str) -> list[dict[str, Any]]:
@@ -123,3 +127,57 @@ def test_service_monitor_scrapes_each_node_once_and_the_operator() -> None:
                          "--set", "watchNamespaces={a,b}")  # fmt: skip
     (mon,) = [d for d in narrowed if d["metadata"]["name"] == "plateau-nodes"]
     assert mon["spec"]["namespaceSelector"] == {"matchNames": ["a", "b"]}
+
+
+def test_rendered_chart_and_examples_validate_with_kubeconform(
+    kube: KubeApi, tmp_path: Path
+) -> None:
+    """Strict offline validation against Kubernetes 1.35's schemas and our CRDs'."""
+    version = json.loads(kube.kubectl("version", "-o", "json").stdout)["serverVersion"]
+    assert (version["major"], version["minor"]) == ("1", "35")
+    openapi = json.loads(kube.kubectl("get", "--raw", "/openapi/v2").stdout)
+    assert write_schemas(openapi, tmp_path / "schemas") > 100
+    manifests = tmp_path / "manifests"
+    manifests.mkdir()
+    for i, values in enumerate(
+        [
+            [],
+            ["--set", "monitoring.dashboard.enabled=true", "--set", "networkPolicy.enabled=true"],
+            ["--set", "watchNamespaces={a,b}", "--set", "networkPolicy.enabled=true"],
+        ]
+    ):
+        r = helm("template", "plateau", str(CHART), "--namespace", "plateau-system", *values)
+        assert r.returncode == 0, r.stderr
+        (manifests / f"chart-{i}.yaml").write_text(r.stdout)
+    for example in (ROOT / "examples").glob("*.yaml"):
+        (manifests / example.name).write_bytes(example.read_bytes())
+
+    def kubeconform(*paths: Path) -> subprocess.CompletedProcess[str]:
+        location = f"{tmp_path / 'schemas'}/{SCHEMA_TEMPLATE}"
+        return subprocess.run(
+            [str(binaries() / "kubeconform"), "-strict", "-summary", "-output", "json",
+             "-schema-location", location, *map(str, paths)],
+            capture_output=True, text=True, check=False, timeout=120,
+        )  # fmt: skip
+
+    r = kubeconform(manifests)
+    assert r.returncode == 0, r.stdout + r.stderr
+    summary = json.loads(r.stdout)["summary"]
+    assert summary["invalid"] == 0 and summary["errors"] == 0 and summary["skipped"] == 0
+    assert summary["valid"] >= 12, summary
+
+    # the schemas are strict: a misspelt field and a bad example fail
+    (tmp_path / "bad").mkdir()
+    typo = yaml.safe_load((ROOT / "examples" / "plateautopic.yaml").read_text())
+    typo["spec"]["retention"]["maxByte"] = "1Gi"
+    (tmp_path / "bad" / "typo.yaml").write_text(yaml.safe_dump(typo))
+    deploy = (
+        (manifests / "chart-0.yaml").read_text().replace("readOnlyRootFilesystem", "readOnlyRoot")
+    )
+    (tmp_path / "bad" / "deploy.yaml").write_text(deploy)
+    r = kubeconform(tmp_path / "bad")
+    assert r.returncode != 0
+    out = json.loads(r.stdout)
+    assert out["summary"]["invalid"] == 2, r.stdout
+    messages = " ".join(res.get("msg", "") for res in out["resources"])
+    assert "maxByte" in messages and "readOnlyRoot" in messages

@@ -266,6 +266,8 @@ def test_growing_storage_patches_the_bound_claim_or_says_why_not(
                 },
             }
             assert kube.apply(claim).returncode == 0
+            # grown only once the StatefulSet exists: its claim template cannot change
+            wait_until(lambda n=name: get(kube, "statefulset", f"plateau-{n}"), "the StatefulSet")
             kube.kubectl(
                 "patch", "pvc", f"data-plateau-{name}-0", "-n", NS, "--subresource=status",
                 "--type=merge", "-p", '{"status": {"phase": "Bound"}}',
@@ -279,6 +281,17 @@ def test_growing_storage_patches_the_bound_claim_or_says_why_not(
             return str(c.get("message", "")) if c.get("reason") == "ExpansionUnsupported" else ""
 
         message = wait_until(degraded, "Degraded/ExpansionUnsupported")
+        # the StatefulSet keeps the claim template it was made with; nothing failed on it
+        sts = get(kube, "statefulset", "plateau-g")
+        template = sts["spec"]["volumeClaimTemplates"][0]["spec"]
+        assert template["resources"]["requests"]["storage"] == str(GiB)
+        for name in ("m", "g"):  # the grown spec was reconciled through, not failed on
+
+            def observed(n: str = name) -> bool:
+                pn = get(kube, "plateaunode", n)
+                return bool(pn["status"].get("observedGeneration") == pn["metadata"]["generation"])
+
+            wait_until(observed, f"{name}'s status for its newest generation")
         assert "StorageClass fixed" in message and "must support resize" in message
         wait_until(
             lambda: (

@@ -101,6 +101,12 @@ def test_settings_changes_roll_the_pod_and_nothing_else_does() -> None:
     assert digest(node(auth={"secretRef": {"name": "mine"}})) != base
 
 
+def test_node_pod_gets_no_service_link_variables() -> None:
+    """Services named plateau-* would put PLATEAU_*_PORT=tcp://... among the node's settings."""
+    pod = resources.statefulset(node(), "ns")["spec"]["template"]["spec"]
+    assert pod["enableServiceLinks"] is False
+
+
 def test_children_carry_only_the_operators_labels() -> None:
     spec = node()
     objs = [
@@ -145,3 +151,12 @@ def test_crd_durations_are_the_ones_the_operator_parses() -> None:
         assert pattern.fullmatch(text) and parse_duration(text) > 0, text
     for text in ["1y", "", "h", "-1s", "1 h"]:
         assert not pattern.fullmatch(text), text
+
+
+def test_the_volume_outlives_the_node_unless_retain_volume_is_false() -> None:
+    def policy(spec: NodeSpec) -> dict[str, str]:
+        sts = resources.statefulset(spec, "ns")
+        return dict(sts["spec"]["persistentVolumeClaimRetentionPolicy"])
+
+    assert policy(node()) == {"whenDeleted": "Retain", "whenScaled": "Retain"}
+    assert policy(node(retainVolume=False))["whenDeleted"] == "Delete"
