@@ -221,10 +221,18 @@ def test_operator_restart_mid_reconcile_duplicates_and_loses_nothing(
         ns.wait_ready(f"pod/{POD}", timeout=240)
         wait_ready(ns, release, "plateaunode", "ingest")
 
-        names = [f"t{i:02d}" for i in range(12)]
-        ns.apply([topic(n, f"{8 + i}Mi", partitions=1 + i % 3) for i, n in enumerate(names)])
+        names = [f"t{i:02d}" for i in range(24)]
         operator = release.operator_pod()["metadata"]["name"]
+        ns.apply([topic(n, f"{8 + i}Mi", partitions=1 + i % 3) for i, n in enumerate(names)])
+
+        # killed (no grace) as soon as the first topic is Ready: in the middle of the work
+        def ready_now() -> int:
+            listed = ns.get("plateautopics")["items"]
+            return sum(condition(t)[0] == "True" for t in listed)
+
+        at_kill = ns.wait_for("a first topic Ready", ready_now, 120, interval=0.1)
         release.system.run("delete", "pod", operator, "--grace-period=0", "--force")
+        print(json.dumps({"topics_ready_when_the_operator_was_killed": at_kill, "of": len(names)}))
         release.system.wait_for(
             "a new operator pod",
             lambda: release.operator_pod().get("metadata", {}).get("name") not in (None, operator),
