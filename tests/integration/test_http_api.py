@@ -40,6 +40,25 @@ def read_arrow(response: httpx.Response) -> pa.Table:
     return ipc.open_file(pa.py_buffer(response.content)).read_all()
 
 
+PANDAS_RECORDS = "application/json; format=pandas-records"
+ENVELOPE = "application/json; format=envelope"
+
+
+def records(response: httpx.Response) -> list[dict[str, object]]:
+    """plateau's JSON reply: a bare array of records (``pandas.read_json`` reads it)."""
+    assert response.status_code == 200, response.text
+    assert response.headers["content-type"] == PANDAS_RECORDS
+    body = response.json()
+    assert isinstance(body, list)
+    return body
+
+
+def status(response: httpx.Response) -> dict[str, object]:
+    """The reply's status (and span or next cursor), as plateau sends it: in a header."""
+    value: dict[str, object] = json.loads(response.headers["x-iteration-status"])
+    return value
+
+
 def append(client: httpx.Client, topic: str, partition: str, table: pa.Table) -> dict[str, int]:
     r = client.post(
         f"/topic/{topic}/partition/{partition}",
@@ -111,15 +130,24 @@ def test_arrow_stream_append_and_stream_reply(client: httpx.Client) -> None:
 def test_json_reads_are_json_safe(client: httpx.Client) -> None:
     topic, table = fresh_topic(), sample(3)
     append(client, topic, "0", table)
-    r = client.get(f"/topic/{topic}/partition/0/records", params={"start": 1})
-    assert r.status_code == 200
-    assert r.headers["content-type"] == "application/json"
+    url = f"/topic/{topic}/partition/0/records"
+    for accept in (None, "*/*", "application/json", PANDAS_RECORDS):
+        r = client.get(url, params={"start": 1}, headers={"accept": accept} if accept else {})
+        rows = records(r)
+        assert status(r) == {"status": "All", "span": {"start": 1, "end": 3}}
+        assert [row["value"] for row in rows] == ["v1", "v2"]
+        assert rows[0]["key"] == base64.b64encode(b"k1").decode()  # binary: base64
+        assert rows[0]["time"] == 1_700_000_000_001
+
+    # the richer object, only when asked for by name
+    r = client.get(url, params={"start": 1}, headers={"accept": ENVELOPE})
+    assert r.headers["content-type"] == ENVELOPE
     body = r.json()
-    assert body["span"] == {"start": 1, "end": 3}
-    assert body["status"] == "All"
+    assert body["span"] == {"start": 1, "end": 3} and body["status"] == "All"
     assert [row["value"] for row in body["records"]] == ["v1", "v2"]
-    assert body["records"][0]["key"] == base64.b64encode(b"k1").decode()
-    assert body["records"][0]["time"] == 1_700_000_000_001
+
+    r = client.get(url, params={"start": 1}, headers={"accept": "text/csv"})
+    assert r.status_code == 406 and "application/json" in r.json()["message"]
 
 
 def test_json_appends_objects_array_and_legacy_strings(client: httpx.Client) -> None:
@@ -129,14 +157,14 @@ def test_json_appends_objects_array_and_legacy_strings(client: httpx.Client) -> 
     assert r.json() == {"span": {"start": 0, "end": 2}}
     r = client.post(url, json=[{"a": 3, "time": 7}])
     assert r.json() == {"span": {"start": 2, "end": 3}}
-    rows = client.get(f"{url}/records", params={"start": 0}).json()["records"]
+    rows = records(client.get(f"{url}/records", params={"start": 0}))
     assert [(row["a"], row["time"]) for row in rows] == [(1, 5), (2, 6)]
     assert rows[1]["b"] == "x"
 
     r = client.post(f"/topic/{topic}/partition/legacy", json={"records": ["hello", "world"]})
     assert r.json() == {"span": {"start": 0, "end": 2}}
-    rows = client.get(f"/topic/{topic}/partition/legacy/records", params={"start": 0}).json()
-    assert [row["message"] for row in rows["records"]] == ["hello", "world"]
+    r = client.get(f"/topic/{topic}/partition/legacy/records", params={"start": 0})
+    assert [row["message"] for row in records(r)] == ["hello", "world"]
 
 
 def test_paging_through_a_partition(client: httpx.Client) -> None:
@@ -148,11 +176,12 @@ def test_paging_through_a_partition(client: httpx.Client) -> None:
         r = client.get(
             f"/topic/{topic}/partition/0/records", params={"start": start, "page_size": 4}
         )
-        body = r.json()
-        if body["span"] is None:
+        rows, span = records(r), status(r)["span"]
+        if span is None:
+            assert rows == []
             break
-        seen += [row["value"] for row in body["records"]]
-        start = body["span"]["end"]
+        seen += [str(row["value"]) for row in rows]
+        start = span["end"]  # type: ignore[index]
     assert seen == [f"v{i}" for i in range(10)]
 
 
@@ -160,8 +189,8 @@ def test_unknown_partition_of_known_topic_reads_empty(client: httpx.Client) -> N
     topic = fresh_topic()
     append(client, topic, "0", sample(1))
     r = client.get(f"/topic/{topic}/partition/nothing-here/records", params={"start": 0})
-    assert r.status_code == 200
-    assert r.json() == {"span": None, "status": "All", "records": []}
+    assert records(r) == [] and r.content == b"[]"
+    assert status(r) == {"status": "All", "span": None}
     r = client.get(
         f"/topic/{topic}/partition/nothing-here/records",
         params={"start": 0},
@@ -176,7 +205,7 @@ def test_time_filter_on_partition_reads(client: httpx.Client) -> None:
     append(client, topic, "0", sample(5, start_time=1000))  # times 1000..1004 ms
     url = f"/topic/{topic}/partition/0/records"
     r = client.get(url, params={"start": 0, "time.start": "1001", "time.end": "1003"})
-    assert [row["time"] for row in r.json()["records"]] == [1001, 1002, 1003]
+    assert [row["time"] for row in records(r)] == [1001, 1002, 1003]
     r = client.get(
         url,
         params={
@@ -185,9 +214,9 @@ def test_time_filter_on_partition_reads(client: httpx.Client) -> None:
             "time.end": "1970-01-01T01:00:01.003+01:00",
         },
     )
-    assert [row["time"] for row in r.json()["records"]] == [1002, 1003]
+    assert [row["time"] for row in records(r)] == [1002, 1003]
     r = client.get(url, params={"start": 0, "time.start": "2000"})
-    assert r.json()["records"] == []
+    assert records(r) == []
 
 
 # --- topics and iteration ---------------------------------------------------------
@@ -209,10 +238,11 @@ def iterate(
     client: httpx.Client,
     topic: str,
     cursor: dict[str, int] | None = None,
+    headers: dict[str, str] | None = None,
     **params: object,
 ) -> httpx.Response:
     content = json.dumps(cursor).encode() if cursor is not None else b""
-    r = client.post(f"/topic/{topic}/records", params=params, content=content)
+    r = client.post(f"/topic/{topic}/records", params=params, content=content, headers=headers)
     assert r.status_code == 200, r.text
     return r
 
@@ -225,13 +255,18 @@ def test_topic_iteration_with_cursor(client: httpx.Client) -> None:
     cursor: dict[str, int] | None = None
     for _ in range(20):
         r = iterate(client, topic, cursor, page_size=3)
-        body = r.json()
-        header = json.loads(r.headers["x-iteration-status"])
-        assert header == {"status": body["status"], "next": body["next"]}
-        values += [row["value"] for row in body["records"]]
-        if not body["records"]:
+        rows, header = records(r), status(r)
+        assert set(header) == {"status", "next"}
+        values += [str(row["value"]) for row in rows]
+        if not rows:
+            assert header["status"] == "All"
             break
-        cursor = body["next"]
+        cursor = header["next"]  # type: ignore[assignment]
+    enveloped = iterate(client, topic, {}, page_size=3, headers={"accept": ENVELOPE})
+    assert enveloped.headers["content-type"] == ENVELOPE
+    body = enveloped.json()
+    assert {"status": body["status"], "next": body["next"]} == status(enveloped)
+    assert len(body["records"]) == 3
     assert cursor is not None
     assert {k: v for k, v in cursor.items() if v} == {"a": 4, "b": 6}
     assert sorted(values) == sorted([f"v{i}" for i in range(4)] + [f"v{i}" for i in range(6)])
@@ -253,28 +288,30 @@ def test_partition_filter_both_spellings_and_regex(client: httpx.Client) -> None
     for name, n in (("a", 1), ("b", 2), ("c1", 3)):
         append(client, topic, name, sample(n))
     r = iterate(client, topic, None, partition_filter="b")
-    assert len(r.json()["records"]) == 2
-    assert {k for k, v in r.json()["next"].items() if v} == {"b"}
+    assert len(records(r)) == 2
+    assert {k for k, v in status(r)["next"].items() if v} == {"b"}  # type: ignore[attr-defined]
     r = iterate(client, topic, None, **{"partition_filter[]": "regex:c.*"})
-    assert len(r.json()["records"]) == 3
+    assert len(records(r)) == 3
     r = client.post(
         f"/topic/{topic}/records?partition_filter=a&partition_filter[]=b", content=b"{}"
     )
-    assert len(r.json()["records"]) == 3
+    assert len(records(r)) == 3
 
 
 def test_descending_iteration(client: httpx.Client) -> None:
     topic = fresh_topic()
     append(client, topic, "0", sample(5))
     r = iterate(client, topic, None, order="desc", page_size=2)
-    assert r.json()["records"], r.json()
+    assert [row["value"] for row in records(r)] == ["v4", "v3"]
 
 
 def test_iteration_time_filter(client: httpx.Client) -> None:
     topic = fresh_topic()
     append(client, topic, "0", sample(5, start_time=1000))
     r = iterate(client, topic, {}, **{"time.start": "1003", "time.end": "1004"})
-    assert [row["time"] for row in r.json()["records"]] == [1003, 1004]
+    assert [row["time"] for row in records(r)] == [1003, 1004]
+    empty = iterate(client, topic, {"0": 5})
+    assert records(empty) == [] and status(empty) == {"status": "All", "next": {"0": 5}}
 
 
 # --- admin -------------------------------------------------------------------------
@@ -411,7 +448,7 @@ def test_graceful_stop_and_restart_keeps_data(tmp_path: Path) -> None:
         proc.start()
         with proc.client() as c:
             r = c.get("/topic/kept/partition/0/records", params={"start": 0})
-            assert len(r.json()["records"]) == 7
+            assert len(records(r)) == 7
             assert append(c, "kept", "0", sample(1)) == {"start": 7, "end": 8}
     finally:
         proc.stop()

@@ -16,6 +16,7 @@ from plateau.server.codecs import (
     ARROW_FILE,
     ARROW_STREAM,
     JSON,
+    JSON_ENVELOPE,
     append_media_type,
     check_table,
     decode_append,
@@ -24,7 +25,7 @@ from plateau.server.codecs import (
     media_type,
     reply_media_type,
 )
-from plateau.server.errors import UnsupportedMediaType
+from plateau.server.errors import NotAcceptable, UnsupportedMediaType
 from plateau.server.jsonout import dumps, table_rows
 from plateau.storage.errors import InvalidInput
 from tests.arrowhttp import ipc_file, ipc_stream
@@ -76,11 +77,23 @@ def test_media_type_strips_parameters() -> None:
         (ARROW_FILE, ARROW_FILE),
         (f"{ARROW_FILE}, application/json;q=0.5", ARROW_FILE),
         (ARROW_STREAM, ARROW_STREAM),
-        ("text/html", JSON),
+        ("", JSON),
+        ("application/json; format=pandas-records", JSON),  # plateau's own
+        ("application/json; format=envelope", JSON_ENVELOPE),
+        ("text/html,application/xhtml+xml,*/*;q=0.8", JSON),  # a browser
+        ("application/*", JSON),
+        (f"application/json;q=0, {ARROW_FILE}", ARROW_FILE),  # q=0: not acceptable
     ],
 )
 def test_reply_media_type(accept: str | None, expected: str) -> None:
     assert reply_media_type(accept) == expected
+
+
+@pytest.mark.parametrize("accept", ["text/html", "text/csv, application/xml", "*/*;q=0"])
+def test_reply_media_type_refuses_what_it_cannot_send(accept: str) -> None:
+    with pytest.raises(NotAcceptable, match="names no format the node sends") as err:
+        reply_media_type(accept)
+    assert err.value.status == 406
 
 
 # --- decoding Arrow --------------------------------------------------------------

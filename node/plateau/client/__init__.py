@@ -25,6 +25,7 @@ from plateau.client.errors import (
 )
 from plateau.client.sync import PlateauClient
 from plateau.client.wire import PartitionPage, RetryPolicy, TopicInfo, TopicPage
+from plateau.storage.focus import DataFocus
 
 __all__ = [
     "AsyncPlateauClient",
@@ -33,6 +34,7 @@ __all__ = [
     "BusyError",
     "ConflictError",
     "ConnectionFailed",
+    "DataFocus",
     "NotFoundError",
     "PartialAppendError",
     "PartitionPage",

@@ -20,6 +20,7 @@ from plateau.client.wire import (
     to_table,
     topic_request,
 )
+from plateau.storage.focus import DataFocus
 from plateau.storage.types import Span
 
 DEFAULT_URL = "http://127.0.0.1:3030"
@@ -89,8 +90,11 @@ class ClientBase:
         page_size: int,
         time_start: TimeBound,
         time_end: TimeBound,
+        focus: DataFocus | None = None,
     ) -> ops.Op[PartitionPage]:
-        return ops.read(self._state, topic, partition, start, page_size, time_start, time_end)
+        return ops.read(
+            self._state, topic, partition, start, page_size, time_start, time_end, focus
+        )
 
     def _read_all(
         self,
@@ -100,8 +104,11 @@ class ClientBase:
         page_size: int,
         time_start: TimeBound,
         time_end: TimeBound,
+        focus: DataFocus | None = None,
     ) -> ops.StreamOp[PartitionPage]:
-        return ops.read_all(self._state, topic, partition, start, page_size, time_start, time_end)
+        return ops.read_all(
+            self._state, topic, partition, start, page_size, time_start, time_end, focus
+        )
 
     def _put_topic(
         self,

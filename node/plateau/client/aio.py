@@ -15,6 +15,7 @@ from plateau.client import ops
 from plateau.client._base import DEFAULT_URL, ClientBase
 from plateau.client.errors import ConnectionFailed
 from plateau.client.wire import UNSET, PartitionPage, RetryPolicy, TimeBound, TopicInfo, TopicPage
+from plateau.storage.focus import DataFocus
 from plateau.storage.types import Span
 
 T = TypeVar("T")
@@ -110,8 +111,11 @@ class AsyncPlateauClient(ClientBase):
         page_size: int = 1000,
         time_start: TimeBound = None,
         time_end: TimeBound = None,
+        focus: DataFocus | None = None,
     ) -> PartitionPage:
-        return await self._run(self._read(topic, partition, start, page_size, time_start, time_end))
+        return await self._run(
+            self._read(topic, partition, start, page_size, time_start, time_end, focus)
+        )
 
     def read_all(
         self,
@@ -121,8 +125,11 @@ class AsyncPlateauClient(ClientBase):
         page_size: int = 1000,
         time_start: TimeBound = None,
         time_end: TimeBound = None,
+        focus: DataFocus | None = None,
     ) -> AsyncGenerator[PartitionPage, None]:
-        return self._steps(self._read_all(topic, partition, start, page_size, time_start, time_end))
+        return self._steps(
+            self._read_all(topic, partition, start, page_size, time_start, time_end, focus)
+        )
 
     def iterate(
         self,
@@ -135,6 +142,7 @@ class AsyncPlateauClient(ClientBase):
         time_end: TimeBound = None,
         follow: bool = False,
         poll_interval: float = 1.0,
+        focus: DataFocus | None = None,
     ) -> AsyncGenerator[TopicPage, None]:
         return self._steps(
             ops.iterate(
@@ -148,6 +156,7 @@ class AsyncPlateauClient(ClientBase):
                 time_end,
                 follow,
                 poll_interval,
+                focus,
             )
         )
 

@@ -39,6 +39,7 @@ from plateau.client.wire import (
     TopicPage,
     backoff_delay,
     encode_table,
+    focus_params,
     parse_partition_page,
     parse_span,
     parse_topic_info,
@@ -48,6 +49,7 @@ from plateau.client.wire import (
     split_rows,
     time_params,
 )
+from plateau.storage.focus import DataFocus
 from plateau.storage.types import RecordStatus, Span
 
 T = TypeVar("T")
@@ -211,9 +213,10 @@ def read(
     page_size: int,
     time_start: TimeBound = None,
     time_end: TimeBound = None,
+    focus: DataFocus | None = None,
 ) -> Op[PartitionPage]:
     params = [("start", str(start)), ("page_size", str(page_size))]
-    params += time_params(time_start, time_end)
+    params += time_params(time_start, time_end) + focus_params(focus)
     path = f"/topic/{quote_name(topic)}/partition/{quote_name(partition)}/records"
     call = Call("GET", path, params=params, headers={"accept": ARROW_FILE})
     reply = yield from request(call, state)
@@ -228,10 +231,13 @@ def read_all(
     page_size: int,
     time_start: TimeBound = None,
     time_end: TimeBound = None,
+    focus: DataFocus | None = None,
 ) -> StreamOp[PartitionPage]:
     """Pages from ``start`` to the partition's current end (pages with rows only)."""
     while True:
-        page = yield from read(state, topic, partition, start, page_size, time_start, time_end)
+        page = yield from read(
+            state, topic, partition, start, page_size, time_start, time_end, focus
+        )
         if page.table.num_rows:
             yield Emit(page)
         if page.status == RecordStatus.ALL or page.span is None or page.span.end <= start:
@@ -250,6 +256,7 @@ def iterate(
     time_end: TimeBound = None,
     follow: bool = False,
     poll_interval: float = 1.0,
+    focus: DataFocus | None = None,
 ) -> StreamOp[TopicPage]:
     """Follow the topic cursor until status ``All``; with ``follow``, keep polling after it.
 
@@ -258,7 +265,7 @@ def iterate(
     """
     params = [("page_size", str(page_size)), ("order", order)]
     params += [("partition_filter", p) for p in partition_filter or ()]
-    params += time_params(time_start, time_end)
+    params += time_params(time_start, time_end) + focus_params(focus)
     path = f"/topic/{quote_name(topic)}/records"
     position = dict(cursor or {})
     while True:

@@ -14,6 +14,7 @@ from plateau.client import ops
 from plateau.client._base import DEFAULT_URL, ClientBase
 from plateau.client.errors import ConnectionFailed
 from plateau.client.wire import UNSET, PartitionPage, RetryPolicy, TimeBound, TopicInfo, TopicPage
+from plateau.storage.focus import DataFocus
 from plateau.storage.types import Span
 
 T = TypeVar("T")
@@ -118,9 +119,12 @@ class PlateauClient(ClientBase):
         page_size: int = 1000,
         time_start: TimeBound = None,
         time_end: TimeBound = None,
+        focus: DataFocus | None = None,
     ) -> PartitionPage:
         """One page of a partition from index ``start``: ``(table, span, status)``."""
-        return self._run(self._read(topic, partition, start, page_size, time_start, time_end))
+        return self._run(
+            self._read(topic, partition, start, page_size, time_start, time_end, focus)
+        )
 
     def read_all(
         self,
@@ -130,9 +134,12 @@ class PlateauClient(ClientBase):
         page_size: int = 1000,
         time_start: TimeBound = None,
         time_end: TimeBound = None,
+        focus: DataFocus | None = None,
     ) -> Generator[PartitionPage, None, None]:
         """Pages from ``start`` up to the partition's end at the time of reading."""
-        return self._steps(self._read_all(topic, partition, start, page_size, time_start, time_end))
+        return self._steps(
+            self._read_all(topic, partition, start, page_size, time_start, time_end, focus)
+        )
 
     def iterate(
         self,
@@ -145,6 +152,7 @@ class PlateauClient(ClientBase):
         time_end: TimeBound = None,
         follow: bool = False,
         poll_interval: float = 1.0,
+        focus: DataFocus | None = None,
     ) -> Generator[TopicPage, None, None]:
         """Topic pages across partitions, ``(table, cursor, status)``; see ``ops.iterate``."""
         return self._steps(
@@ -159,6 +167,7 @@ class PlateauClient(ClientBase):
                 time_end,
                 follow,
                 poll_interval,
+                focus,
             )
         )
 

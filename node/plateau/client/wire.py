@@ -18,6 +18,7 @@ import httpx
 import pyarrow as pa
 
 from plateau.client.errors import PlateauClientError
+from plateau.storage.focus import DataFocus
 from plateau.storage.types import RecordStatus, Span
 
 ARROW_FILE = "application/vnd.apache.arrow.file"
@@ -151,7 +152,16 @@ def decode_table(body: bytes, content_type: str) -> pa.Table:
             return pa.ipc.open_file(pa.py_buffer(body)).read_all()
     except pa.ArrowException as exc:
         raise PlateauClientError(None, f"node sent a malformed Arrow body: {exc}") from exc
-    return rows_to_table(json.loads(body).get("records") or [])
+    return rows_to_table(_json_records(json.loads(body)))
+
+
+def _json_records(body: Any) -> list[dict[str, Any]]:
+    """The records of a JSON reply: plateau's bare array, or the node's envelope object."""
+    if isinstance(body, list):
+        return body
+    if isinstance(body, Mapping):
+        return list(body.get("records") or [])
+    raise PlateauClientError(None, f"node sent JSON records of an unknown shape: {type(body)}")
 
 
 def split_rows(table: pa.Table, parts: int) -> list[pa.Table]:
@@ -210,19 +220,21 @@ def parse_partition_page(response: httpx.Response, start: int) -> PartitionPage:
     content_type = response.headers.get("content-type", "")
     span: Span | None = None
     status: Any = None
+    header = _status_header(response)
+    if isinstance(header, Mapping):
+        status, span = header.get("status"), parse_span(header.get("span"))
+    else:
+        status = header
     if content_type.startswith(JSON):
         body = response.json()
-        table = rows_to_table(body.get("records") or [])
-        span, status = parse_span(body.get("span")), body.get("status")
+        table = rows_to_table(_json_records(body))
+        if isinstance(body, Mapping):  # the envelope carries them too
+            span, status = parse_span(body.get("span")) or span, body.get("status") or status
     else:
         table = decode_table(response.content, content_type)
-        header = _status_header(response)
-        if isinstance(header, Mapping):
-            status, span = header.get("status"), parse_span(header.get("span"))
-        else:
-            status = header
+    if span is None:
         lo, hi = response.headers.get("x-span-start"), response.headers.get("x-span-end")
-        if span is None and lo is not None and hi is not None:
+        if lo is not None and hi is not None:
             span = Span(int(lo), int(hi))
     if span is None and table.num_rows:
         span = Span(start, start + table.num_rows)
@@ -237,9 +249,9 @@ def parse_topic_page(response: httpx.Response, cursor: Mapping[str, int]) -> Top
     header = _status_header(response)
     if content_type.startswith(JSON):
         body = response.json()
-        table = rows_to_table(body.get("records") or [])
-        # the JSON body carries both halves; the header says the same
-        header = {"status": body.get("status"), "next": body.get("next")}
+        table = rows_to_table(_json_records(body))
+        if isinstance(body, Mapping):  # the envelope carries both halves, as the header does
+            header = {"status": body.get("status"), "next": body.get("next")}
     else:
         table = decode_table(response.content, content_type)
     if isinstance(header, Mapping):
@@ -308,3 +320,16 @@ def topic_request(
     if segment:
         body["segment"] = segment
     return body
+
+
+def focus_params(focus: DataFocus | None) -> list[tuple[str, str]]:
+    """A data focus as query parameters, in the form plateau's own clients send (serde_qs)."""
+    if focus is None or not focus.active:
+        return []
+    params = [("dataset[]", path) for path in focus.dataset]
+    params += [("dataset.exclude[]", path) for path in focus.exclude]
+    if focus.separator is not None:
+        params.append(("dataset.separator", focus.separator))
+    if focus.max_bytes is not None:
+        params.append(("dataset.max_bytes", str(focus.max_bytes)))
+    return params

@@ -11,6 +11,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 from fastapi import FastAPI
+from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 
 from plateau.server import openapi, routes_admin, routes_data, routes_ops
@@ -46,7 +47,10 @@ def create_app(settings: NodeSettings, engine: Engine, *, close_engine: bool = T
                 state.engine_closed = True
                 await run_in_threadpool(engine.close)
 
-    app = FastAPI(
+    # /docs and /redoc load Swagger UI and ReDoc from the node itself
+    # (fastapi-offline's copies, under /static-offline-docs), not from a CDN: a
+    # node is often on a network that cannot reach one.
+    app = FastAPIOffline(
         title="plateau node",
         description=DESCRIPTION,
         version=_version(),

@@ -15,13 +15,17 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-from plateau.server.errors import UnsupportedMediaType
+from plateau.server.errors import NotAcceptable, UnsupportedMediaType
 from plateau.server.params import parse_time
 from plateau.storage.errors import InvalidInput
 
 ARROW_FILE = "application/vnd.apache.arrow.file"
 ARROW_STREAM = "application/vnd.apache.arrow.stream"
 JSON = "application/json"
+JSON_RECORDS = "application/json; format=pandas-records"
+"""Content-Type of a JSON read reply: a bare array of records, as plateau sends it."""
+JSON_ENVELOPE = "application/json; format=envelope"
+"""Content-Type of the opt-in JSON reply: ``{"records": [...], "status": ..., ...}``."""
 APPEND_TYPES = (ARROW_FILE, ARROW_STREAM, JSON)
 LEGACY_MESSAGE_COLUMN = "message"
 """plateau's legacy string record (``{"records": ["..."]}``) becomes a row of this utf8 column."""
@@ -44,13 +48,32 @@ def append_media_type(content_type: str | None) -> str:
 
 
 def reply_media_type(accept: str | None) -> str:
-    """Arrow when the client asks for it by name; JSON otherwise (plateau's default)."""
-    lowered = (accept or "").lower()
-    if ARROW_FILE in lowered:
-        return ARROW_FILE
-    if ARROW_STREAM in lowered:
-        return ARROW_STREAM
-    return JSON
+    """The reply format: the first one ``Accept`` lists that the node sends (q=0 skipped).
+
+    As plateau: no Accept, ``*/*``, ``application/json`` and ``application/json;
+    format=pandas-records`` get a bare JSON array of records (``JSON``);
+    ``application/vnd.apache.arrow.file`` gets Arrow. Beyond plateau: the Arrow
+    stream format, and ``application/json; format=envelope`` for the records
+    wrapped in an object with their span or cursor and status (``JSON_ENVELOPE``).
+    Anything else is a 406 that lists what the node sends.
+    """
+    if accept is None or not accept.strip():
+        return JSON
+    for item in accept.split(","):
+        media, *params = (part.strip().lower() for part in item.split(";"))
+        options = dict(p.partition("=")[::2] for p in params)
+        if options.get("q", "1").strip() in ("0", "0.0", "0.00", "0.000"):
+            continue
+        if media in (ARROW_FILE, ARROW_STREAM):
+            return media
+        if media == JSON:
+            return JSON_ENVELOPE if options.get("format", "").strip('" ') == "envelope" else JSON
+        if media in ("*/*", "application/*"):
+            return JSON
+    raise NotAcceptable(
+        f"Accept {accept!r} names no format the node sends; ask for {JSON} "
+        f"(plateau's pandas-records), {JSON_ENVELOPE}, {ARROW_FILE} or {ARROW_STREAM}"
+    )
 
 
 # --- decoding ------------------------------------------------------------------

@@ -42,15 +42,18 @@ from plateau.server.auth import bearer_token, check_token
 from plateau.server.body import read_body
 from plateau.server.codecs import (
     JSON,
+    JSON_ENVELOPE,
+    JSON_RECORDS,
     append_media_type,
     decode_append,
     encode_arrow,
     reply_media_type,
 )
 from plateau.server.errors import plateau_error_response, unexpected_error_response
-from plateau.server.jsonout import json_reply, table_rows
+from plateau.server.jsonout import dumps, json_reply, table_rows
 from plateau.server.page_ahead import ITERATION_STATUS_HEADER, PageRequest, topic_page
 from plateau.server.params import (
+    data_focus,
     int_param,
     order_param,
     parse_cursor,
@@ -60,6 +63,7 @@ from plateau.server.params import (
 from plateau.server.state import NodeState
 from plateau.storage.engine import Engine
 from plateau.storage.errors import PlateauError
+from plateau.storage.focus import DataFocus
 from plateau.storage.names import check_name
 from plateau.storage.types import PartitionRead, Span, TimeRange
 
@@ -115,6 +119,7 @@ async def read_partition(
     start = int_param(request.query_params, "start", None, low=0)
     limit = _page_size(request)
     times = _times(request)
+    focus = data_focus(request.query_params)
     return await run_in_threadpool(
         _read_partition,
         state.engine,
@@ -125,6 +130,7 @@ async def read_partition(
         times,
         state.settings.server.max_page_bytes,
         reply_media_type(request.headers.get("accept")),
+        focus,
     )
 
 
@@ -137,17 +143,22 @@ def _read_partition(
     times: TimeRange | None,
     max_bytes: int,
     media: str,
+    focus: DataFocus | None,
 ) -> Response:
-    result: PartitionRead = engine.read_partition(topic, partition, start, limit, times, max_bytes)
+    result: PartitionRead = engine.read_partition(
+        topic, partition, start, limit, times, max_bytes, focus
+    )
     span = result.span.to_json() if result.span is not None else None
     status = {"status": str(result.status), "span": span}
     headers = {ITERATION_STATUS_HEADER: json.dumps(status)}
     if result.span is not None:
         headers["x-span-start"] = str(result.span.start)
         headers["x-span-end"] = str(result.span.end)
-    if media == JSON:
+    if media == JSON:  # plateau's: the records alone, status and span in the headers
+        return Response(dumps(table_rows(result.table)), headers=headers, media_type=JSON_RECORDS)
+    if media == JSON_ENVELOPE:
         reply = {"span": span, "status": str(result.status), "records": table_rows(result.table)}
-        return json_reply(reply, headers=headers)
+        return Response(dumps(reply), headers=headers, media_type=JSON_ENVELOPE)
     # plateau's Arrow replies carry status and span (each JSON) in the schema metadata too.
     metadata = {"status": json.dumps(str(result.status)), "span": json.dumps(span)}
     return Response(encode_arrow(result.table, media, metadata), headers=headers, media_type=media)
@@ -201,6 +212,7 @@ async def iterate_topic(request: Request, state: NodeState, topic: str) -> Respo
     selected = partition_filter(
         query.getlist("partition_filter"), query.getlist("partition_filter[]")
     )
+    focus = data_focus(query)
     cursor = parse_cursor(await read_body(request, MAX_CURSOR_BYTES))
     page_request = PageRequest.of(
         topic,
@@ -211,6 +223,7 @@ async def iterate_topic(request: Request, state: NodeState, topic: str) -> Respo
         selected,
         state.settings.server.max_page_bytes,
         reply_media_type(request.headers.get("accept")),
+        focus,
     )
     page = await state.pages.take(page_request)
     if page is None:

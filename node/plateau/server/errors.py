@@ -38,6 +38,12 @@ class UnsupportedMediaType(PlateauError):
     status = 415
 
 
+class NotAcceptable(PlateauError):
+    """The read's Accept names no reply format the node sends."""
+
+    status = 406
+
+
 def error_response(
     status: int, message: str, headers: Mapping[str, str] | None = None
 ) -> JSONResponse:

@@ -31,9 +31,10 @@ from dataclasses import dataclass, field
 from starlette.responses import Response
 
 from plateau.metrics import PAGES_AHEAD
-from plateau.server.codecs import JSON, encode_arrow
+from plateau.server.codecs import JSON, JSON_ENVELOPE, JSON_RECORDS, encode_arrow
 from plateau.server.jsonout import dumps, table_rows
 from plateau.storage.engine import Engine
+from plateau.storage.focus import DataFocus
 from plateau.storage.types import Order, RecordStatus, TimeRange, TopicRead
 
 ITERATION_STATUS_HEADER = "x-iteration-status"
@@ -60,6 +61,7 @@ class PageRequest:
     selected: tuple[str, ...] | None
     max_bytes: int
     media: str
+    focus: DataFocus | None = None
 
     @classmethod
     def of(
@@ -72,6 +74,7 @@ class PageRequest:
         selected: list[str] | None,
         max_bytes: int,
         media: str,
+        focus: DataFocus | None = None,
     ) -> PageRequest:
         return cls(
             topic,
@@ -82,6 +85,7 @@ class PageRequest:
             tuple(selected) if selected is not None else None,
             max_bytes,
             media,
+            focus,
         )
 
     def after(self, next_cursor: dict[str, int]) -> PageRequest:
@@ -94,6 +98,7 @@ class PageRequest:
             self.selected,
             self.max_bytes,
             self.media,
+            self.focus,
         )
 
 
@@ -209,14 +214,17 @@ def topic_page(engine: Engine, request: PageRequest) -> Page:
         request.times,
         list(request.selected) if request.selected is not None else None,
         request.max_bytes,
+        request.focus,
     )
     status = json.dumps({"status": str(result.status), "next": result.next})
     headers = {ITERATION_STATUS_HEADER: status}
     body: bytes | memoryview
-    if request.media == JSON:
+    media = request.media
+    if media == JSON:  # plateau's: the records alone, status and cursor in the header
+        body, media = dumps(table_rows(result.table)), JSON_RECORDS
+    elif media == JSON_ENVELOPE:
         rows = table_rows(result.table)
-        reply = {"records": rows, "status": str(result.status), "next": result.next}
-        body = dumps(reply)
+        body = dumps({"records": rows, "status": str(result.status), "next": result.next})
     else:
-        body = encode_arrow(result.table, request.media, {"status": status})
-    return Page(body, headers, request.media, result.status, result.next, request)
+        body = encode_arrow(result.table, media, {"status": status})
+    return Page(body, headers, media, result.status, result.next, request)

@@ -14,6 +14,7 @@ from typing import Any
 from starlette.datastructures import QueryParams
 
 from plateau.storage.errors import InvalidInput
+from plateau.storage.focus import DataFocus
 from plateau.storage.names import check_name
 from plateau.storage.types import Order, TimeRange
 
@@ -134,3 +135,36 @@ def parse_cursor(body: bytes) -> dict[str, int]:
             )
         cursor[name] = index
     return cursor
+
+
+_INDEXED = re.compile(r"^(dataset(?:\.exclude)?)\[([0-9]{0,6})\]$")
+
+
+def data_focus(query: QueryParams) -> DataFocus | None:
+    """plateau's data focus from the query; None when the query asks for none.
+
+    Lists come as serde_qs sends them (``dataset[]=a&dataset[]=b``, or
+    indexed ``dataset[0]=a``) or as plain repeats (``dataset=a&dataset=b``).
+    """
+    lists: dict[str, list[tuple[int, int, str]]] = {"dataset": [], "dataset.exclude": []}
+    for position, (key, value) in enumerate(query.multi_items()):
+        if key in lists:
+            lists[key].append((-1, position, value))
+            continue
+        match = _INDEXED.match(key)
+        if match is not None:
+            index = int(match.group(2)) if match.group(2) else -1
+            lists[match.group(1)].append((index, position, value))
+        elif key.startswith("dataset") and key not in ("dataset.separator", "dataset.max_bytes"):
+            raise InvalidInput(
+                f"unknown query parameter {key!r}: the data focus takes dataset, "
+                "dataset.exclude, dataset.separator and dataset.max_bytes"
+            )
+    dataset = tuple(v for _, _, v in sorted(lists["dataset"]))
+    exclude = tuple(v for _, _, v in sorted(lists["dataset.exclude"]))
+    separator = query.get("dataset.separator")
+    max_bytes = None
+    if query.get("dataset.max_bytes") is not None:
+        max_bytes = int_param(query, "dataset.max_bytes", None, low=0)
+    focus = DataFocus(dataset, exclude, separator, max_bytes)
+    return focus if focus.active else None

@@ -15,7 +15,7 @@ router = APIRouter(tags=["operations"])
 
 @router.get("/ok", summary="Liveness (plateau's route)")
 async def ok() -> Response:
-    return json_reply({"ok": "true", "status": "ok"})
+    return json_reply({"ok": "true"})  # exactly: plateau's client compares the body
 
 
 @router.get(

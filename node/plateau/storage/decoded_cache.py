@@ -12,6 +12,11 @@ from collections import OrderedDict
 
 import pyarrow as pa
 
+Columns = tuple[str, ...]
+"""Top-level columns of a projection, in schema order."""
+ChunkId = int | tuple[int, Columns]
+"""A chunk decoded whole (its number) or only some columns of it (number, columns)."""
+
 
 class DecodedCache:
     """Decoded chunks by ``(segment path, chunk)``, within one byte budget, least recent out.
@@ -25,9 +30,9 @@ class DecodedCache:
         self._lock = threading.Lock()
         self._budget = budget_bytes
         self._size = 0
-        self._chunks: OrderedDict[tuple[str, int], pa.Table] = OrderedDict()
-        self._by_key: dict[str, set[int]] = {}
-        self._unread: dict[tuple[str, int], int] = {}  # decoded ahead, not read yet
+        self._chunks: OrderedDict[tuple[str, ChunkId], pa.Table] = OrderedDict()
+        self._by_key: dict[str, set[ChunkId]] = {}
+        self._unread: dict[tuple[str, ChunkId], int] = {}  # decoded ahead, not read yet
         self._unread_bytes = 0
         self._ahead_queued = 0
         self._mean_chunk = 0.0
@@ -56,7 +61,7 @@ class DecodedCache:
     def used(self) -> int:
         return self._size
 
-    def get(self, key: str, chunk: int) -> pa.Table | None:
+    def get(self, key: str, chunk: ChunkId) -> pa.Table | None:
         with self._lock:
             table = self._chunks.get((key, chunk))
             if table is not None:
@@ -64,11 +69,11 @@ class DecodedCache:
                 self._unread_bytes -= self._unread.pop((key, chunk), 0)
             return table
 
-    def __contains__(self, item: tuple[str, int]) -> bool:
+    def __contains__(self, item: tuple[str, ChunkId]) -> bool:
         with self._lock:
             return item in self._chunks
 
-    def put(self, key: str, chunk: int, table: pa.Table, ahead: bool = False) -> None:
+    def put(self, key: str, chunk: ChunkId, table: pa.Table, ahead: bool = False) -> None:
         size = table.nbytes
         with self._lock:
             self._pop_locked(key, chunk)
@@ -91,7 +96,7 @@ class DecodedCache:
             for chunk in list(self._by_key.get(key, ())):
                 self._pop_locked(key, chunk)
 
-    def _pop_locked(self, key: str, chunk: int) -> None:
+    def _pop_locked(self, key: str, chunk: ChunkId) -> None:
         old = self._chunks.pop((key, chunk), None)
         if old is None:
             return

@@ -36,6 +36,7 @@ from plateau.storage import reading, retention
 from plateau.storage.catalog import Catalog, Topic
 from plateau.storage.errors import InsufficientStorage, NotFound, Unavailable
 from plateau.storage.files import BALLAST, Ballast
+from plateau.storage.focus import DataFocus
 from plateau.storage.group_commit import GroupCommit
 from plateau.storage.manifest import Manifest, SegmentRow
 from plateau.storage.memory import MemoryBudget, default_budget
@@ -339,8 +340,13 @@ class Engine:
         limit: int,
         time_range: TimeRange | None = None,
         max_bytes: int | None = None,
+        focus: DataFocus | None = None,
     ) -> PartitionRead:
-        """Up to ``limit`` durable records from index ``start`` on, one schema per reply."""
+        """Up to ``limit`` durable records from index ``start`` on, one schema per reply.
+
+        With a ``focus``, only what it selects (see ``focus``), read without
+        the columns it leaves out.
+        """
         check_name("partition", partition)
 
         def read() -> PartitionRead:
@@ -350,11 +356,12 @@ class Engine:
             if p is None:
                 return PartitionRead(pa.table({}), None, RecordStatus.ALL)
             return reading.read_range(
-                p.view(), self.data_dir, self._cache, start, limit, time_range, max_bytes
+                p.view(), self.data_dir, self._cache, start, limit, time_range, max_bytes, focus
             )
 
         with self.progress.track(f"read {topic}/{partition}"):
-            return self._retrying_deleted(read)
+            result = self._retrying_deleted(read)
+        return PartitionRead(_focused(result.table, focus), result.span, result.status)
 
     def iterate_topic(
         self,
@@ -365,6 +372,7 @@ class Engine:
         time_range: TimeRange | None = None,
         partition_filter: list[str] | None = None,
         max_bytes: int | None = None,
+        focus: DataFocus | None = None,
     ) -> TopicRead:
         """One page of records across partitions, continuing from ``cursor``."""
         for name in cursor:
@@ -382,10 +390,12 @@ class Engine:
                 order,
                 time_range,
                 max_bytes,
+                focus,
             )
 
         with self.progress.track(f"iterate {topic}"):
-            return self._retrying_deleted(read)
+            result = self._retrying_deleted(read)
+        return TopicRead(_focused(result.table, focus), result.next, result.status)
 
     def _retrying_deleted(self, read: Callable[[], R]) -> R:
         """A read whose segment retention (or a topic deletion) removed meanwhile starts over.
@@ -506,3 +516,10 @@ def _lock_data_dir(data_dir: Path) -> IO[bytes]:
         f.close()
         raise Unavailable(f"data directory {data_dir} is in use by another plateau node") from None
     return f
+
+
+def _focused(table: pa.Table, focus: DataFocus | None) -> pa.Table:
+    """``table`` under ``focus``; a reply without a schema (nothing to read) stays as it is."""
+    if focus is None or not table.num_columns:
+        return table
+    return focus.apply(table)

@@ -5,14 +5,18 @@ from __future__ import annotations
 import contextlib
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pyarrow as pa
 
-from plateau.storage.decoded_cache import DecodedCache
+from plateau.storage.decoded_cache import Columns, DecodedCache
 from plateau.storage.sealed_reader import SegmentReader
 from plateau.storage.types import SegmentId
+
+ColumnsOf = Callable[[pa.Schema], Columns | None]
+"""The columns a read wants of a segment with this schema (None: all)."""
 
 DECODE_THREADS = 2
 """Decode-ahead threads: two partitions' chunks are read (a direct read waits on the disk)
@@ -72,22 +76,28 @@ class ReaderCache:
                 old.close()
         return reader
 
-    def prefetch(self, segment_id: SegmentId, path: Path, fmt: str) -> None:
+    def prefetch(
+        self, segment_id: SegmentId, path: Path, fmt: str, columns_of: ColumnsOf | None = None
+    ) -> None:
         """Open a segment and decode its first chunk in the background (the next one a scan
-        reaches), so that crossing into it does not stall the page that does."""
+        reaches), so that crossing into it does not stall the page that does. With
+        ``columns_of``, only the columns it picks from the segment's schema."""
         if self._decoder is None:
             return
         with self._lock:
             reader = self._readers.get(segment_id)
         if reader is not None:
-            reader.decode_ahead(0)
+            reader.decode_ahead(0, columns_of(reader.schema) if columns_of else None)
             return
         with contextlib.suppress(RuntimeError):  # shut down: the node is closing
-            self._decoder.submit(self._open_ahead, segment_id, path, fmt)
+            self._decoder.submit(self._open_ahead, segment_id, path, fmt, columns_of)
 
-    def _open_ahead(self, segment_id: SegmentId, path: Path, fmt: str) -> None:
+    def _open_ahead(
+        self, segment_id: SegmentId, path: Path, fmt: str, columns_of: ColumnsOf | None
+    ) -> None:
         with contextlib.suppress(OSError, pa.ArrowException):  # deleted meanwhile: nothing to do
-            self.get(segment_id, path, fmt).decode_ahead(0)
+            reader = self.get(segment_id, path, fmt)
+            reader.decode_ahead(0, columns_of(reader.schema) if columns_of else None)
 
     def open_readers(self) -> int:
         with self._lock:

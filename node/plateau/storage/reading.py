@@ -16,7 +16,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from plateau.storage.decoded_cache import Columns
 from plateau.storage.errors import InvalidInput
+from plateau.storage.focus import DataFocus
 from plateau.storage.manifest import SegmentRow
 from plateau.storage.partition import PartitionView
 from plateau.storage.reader_cache import ReaderCache
@@ -71,12 +73,13 @@ class _Source:
         self._reader = reader
         self._then = then
 
-    def read(self, start: int, count: int) -> pa.Table:
+    def read(self, start: int, count: int, columns: Columns | None = None) -> pa.Table:
         offset = start - self.first
         reader = self._reader
         if isinstance(reader, pa.Table):
-            return _compact(reader.slice(offset, count))
-        table = reader.read(offset, count)
+            rows = reader.slice(offset, count)
+            return _compact(rows if columns is None else rows.select(list(columns)))
+        table = reader.read(offset, count, columns)
         if self._then is not None and reader.near_end(offset + count):
             self._then()
             self._then = None
@@ -99,8 +102,25 @@ def _compact(table: pa.Table) -> pa.Table:
     return table
 
 
+def _columns(
+    focus: DataFocus | None, schema: pa.Schema, time_range: TimeRange | None
+) -> Columns | None:
+    """The columns to read for ``focus`` (None: all), with ``time`` when a time range needs it."""
+    if focus is None:
+        return None
+    columns = focus.columns(schema)
+    if columns is None or time_range is None or "time" in columns or "time" not in schema.names:
+        return columns
+    wanted = {*columns, "time"}
+    return tuple(name for name in schema.names if name in wanted)
+
+
 def _sources(
-    view: PartitionView, data_dir: Path, cache: ReaderCache, start: int = 0
+    view: PartitionView,
+    data_dir: Path,
+    cache: ReaderCache,
+    start: int = 0,
+    focus: DataFocus | None = None,
 ) -> Iterator[_Source]:
     """The runs holding rows at or after ``start``, oldest first.
 
@@ -111,7 +131,8 @@ def _sources(
     first = bisect.bisect_right(view.sealed, start, key=lambda row: row.end_index)
     rows = view.sealed[first:]
     for i, row in enumerate(rows):
-        yield _sealed_source(row, data_dir, cache, rows[i + 1] if i + 1 < len(rows) else None)
+        after = rows[i + 1] if i + 1 < len(rows) else None
+        yield _sealed_source(row, data_dir, cache, after, focus)
     for seg, visible in view.pending:
         if visible > 0 and seg.first_index + visible > start:
             yield _pending_source(seg, visible)
@@ -130,13 +151,20 @@ def _sources_before(
 
 
 def _sealed_source(
-    row: SegmentRow, data_dir: Path, cache: ReaderCache, after: SegmentRow | None = None
+    row: SegmentRow,
+    data_dir: Path,
+    cache: ReaderCache,
+    after: SegmentRow | None = None,
+    focus: DataFocus | None = None,
 ) -> _Source:
     reader = cache.get(row.id, data_dir / row.path, row.format)
     times = (row.min_time_ms, row.max_time_ms)
     then = None
     if after is not None:
-        then = functools.partial(cache.prefetch, after.id, data_dir / after.path, after.format)
+        columns_of = focus.columns if focus is not None else None
+        then = functools.partial(
+            cache.prefetch, after.id, data_dir / after.path, after.format, columns_of
+        )
     return _Source(row.first_index, row.end_index, reader.schema, times, reader, then)
 
 
@@ -154,8 +182,13 @@ def read_range(
     limit: int,
     time_range: TimeRange | None,
     max_bytes: int | None,
+    focus: DataFocus | None = None,
 ) -> PartitionRead:
-    """Up to ``limit`` rows from ``start`` (clamped to the oldest retained index)."""
+    """Up to ``limit`` rows from ``start`` (clamped to the oldest retained index).
+
+    With a ``focus`` only the columns it needs are read (plus ``time`` for a
+    time range); the caller applies the focus to the result.
+    """
     pos = max(start, view.start)
     tables: list[pa.Table] = []
     schema: pa.Schema | None = None
@@ -163,7 +196,7 @@ def read_range(
     nbytes = 0
     status = RecordStatus.ALL
     first_pos = pos
-    for src in _sources(view, data_dir, cache, pos):
+    for src in _sources(view, data_dir, cache, pos, focus):
         if rows >= limit:
             status = RecordStatus.RECORD_LIMITED
             break
@@ -176,9 +209,10 @@ def read_range(
         if schema is not None and not src.schema.equals(schema):
             status = RecordStatus.SCHEMA_CHANGE
             break
+        columns = _columns(focus, src.schema, time_range)
         while pos < src.end and rows < limit and (max_bytes is None or nbytes < max_bytes):
             chunk = min(src.end - pos, limit - rows if time_range is None else max(limit, 1024))
-            table = src.read(pos, chunk)
+            table = src.read(pos, chunk, columns)
             read_rows = table.num_rows
             if time_range is not None:
                 mask = _time_mask(table, time_range)
@@ -222,6 +256,7 @@ def read_reverse(
     limit: int,
     time_range: TimeRange | None,
     max_bytes: int | None,
+    focus: DataFocus | None = None,
 ) -> tuple[PartitionRead, int]:
     """Up to ``limit`` rows below ``before``, newest first, all of one schema.
 
@@ -240,7 +275,7 @@ def read_reverse(
             break
         schema = src.schema
     lo = max(lo, run_start)
-    result = read_range(view, data_dir, cache, lo, max(upper - lo, 0), time_range, max_bytes)
+    result = read_range(view, data_dir, cache, lo, max(upper - lo, 0), time_range, max_bytes, focus)
     table = result.table
     flipped = table.take(pa.array(range(table.num_rows - 1, -1, -1), pa.int64()))
     if lo > view.start:
@@ -276,6 +311,7 @@ def iterate(
     order: Order,
     time_range: TimeRange | None,
     max_bytes: int | None,
+    focus: DataFocus | None = None,
 ) -> TopicRead:
     """One page across partitions (sorted by name), all rows of one schema.
 
@@ -323,10 +359,12 @@ def iterate(
             view = view_of(name)
             if desc:
                 result, new_pos = read_reverse(
-                    view, data_dir, cache, nxt[name], want, time_range, budget
+                    view, data_dir, cache, nxt[name], want, time_range, budget, focus
                 )
             else:
-                result = read_range(view, data_dir, cache, nxt[name], want, time_range, budget)
+                result = read_range(
+                    view, data_dir, cache, nxt[name], want, time_range, budget, focus
+                )
                 new_pos = result.span.end if result.span else nxt[name]
             del view
             if (

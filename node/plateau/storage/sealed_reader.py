@@ -30,7 +30,7 @@ from prometheus_client import Counter
 
 from plateau.metrics import READ_CHUNKS
 from plateau.storage.arrow_footer import Block, batch_rows, record_batch_blocks
-from plateau.storage.decoded_cache import DecodedCache
+from plateau.storage.decoded_cache import ChunkId, Columns, DecodedCache
 from plateau.storage.direct_io import open_direct, read_range
 from plateau.storage.files import PAGE
 from plateau.storage.sealed import arrow_batches
@@ -81,7 +81,7 @@ class SegmentReader:
     ) -> None:
         self._lock = threading.Lock()  # held while decoding: pyarrow's file readers are not shared
         self._state_lock = threading.Lock()  # guards _pending and _read_ahead_to
-        self._pending: dict[int, Future[pa.Table]] = {}
+        self._pending: dict[ChunkId, Future[pa.Table]] = {}
         self._drop = drop_pages
         self._hints = hints
         self._decoder = decoder
@@ -96,6 +96,8 @@ class SegmentReader:
         self._ends: list[int] = []  # file offset past each chunk, where the file says it
         self._batches: list[pa.RecordBatch] = []
         self._file_reader: pa.ipc.RecordBatchFileReader | None = None
+        # readers that decode only some fields, by the columns they decode (under _lock)
+        self._projected: dict[Columns, pa.ipc.RecordBatchFileReader] = {}
         self._blocks: list[Block] = []  # where each batch lies (from the footer)
         self._direct_fd: int | None = None
         self._fd = os.open(path, os.O_RDONLY)
@@ -183,65 +185,90 @@ class SegmentReader:
             return True
         return self._offset(_chunk_of(self._starts, offset)) + READ_AHEAD_BYTES >= self._size
 
-    def read(self, offset: int, count: int) -> pa.Table:
-        """Rows ``[offset, offset + count)`` of the segment."""
+    def read(self, offset: int, count: int, columns: Columns | None = None) -> pa.Table:
+        """Rows ``[offset, offset + count)`` of the segment; only ``columns`` when given.
+
+        A projection is decoded on its own (only those parquet column chunks
+        are read, only those Arrow fields decoded) and cached apart from the
+        whole chunk.
+        """
+        if columns is not None and columns == tuple(self.schema.names):
+            columns = None
         end = min(offset + count, self.rows)
         if end <= offset:
-            return self.schema.empty_table()
+            empty = self.schema.empty_table()
+            return empty if columns is None else empty.select(list(columns))
         first = _chunk_of(self._starts, offset)
         last = _chunk_of(self._starts, end - 1)
-        parts = [self._chunk(c) for c in range(first, last + 1)]
-        self._look_ahead(last + 1)
+        parts = [self._chunk(c, columns) for c in range(first, last + 1)]
+        self._look_ahead(last + 1, columns)
         table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
         return table.slice(offset - self._starts[first], end - offset)
 
-    def decode_ahead(self, chunk: int) -> None:
+    def decode_ahead(self, chunk: int, columns: Columns | None = None) -> None:
         """Have ``chunk`` decoded in the background unless it is cached or on its way."""
         if self._decoder is None or not 0 <= chunk < self.chunks or self._closed:
             return
-        if (self._key, chunk) in self._cache:
+        ident = _ident(chunk, columns)
+        if (self._key, ident) in self._cache:
             return
         with self._state_lock:
-            if chunk in self._pending or not self._cache.reserve_ahead():
+            if ident in self._pending or not self._cache.reserve_ahead():
                 return
             try:
-                future = self._decoder.submit(self._decode_ahead, chunk)
+                future = self._decoder.submit(self._decode_ahead, chunk, columns)
             except RuntimeError:  # shut down: the node is closing
                 self._cache.unreserve_ahead()
                 return
-            self._pending[chunk] = future
+            self._pending[ident] = future
 
-    def _decode_ahead(self, chunk: int) -> pa.Table:
+    def _decode_ahead(self, chunk: int, columns: Columns | None) -> pa.Table:
         try:
-            return self._decode_into_cache(chunk, _AHEAD)
+            return self._decode_into_cache(chunk, columns, _AHEAD)
         finally:
             self._cache.unreserve_ahead()
 
-    def _chunk(self, chunk: int) -> pa.Table:
+    def _chunk(self, chunk: int, columns: Columns | None) -> pa.Table:
         """One decoded chunk: cached, awaited from the decoder, or decoded here."""
-        table = self._cache.get(self._key, chunk)
+        ident = _ident(chunk, columns)
+        table = self._cache.get(self._key, ident)
         if table is not None:
             return table
         with self._state_lock:
-            future = self._pending.get(chunk)
+            future = self._pending.get(ident)
         if future is not None:
             with contextlib.suppress(Exception):  # it failed: decode here, report that error
                 return future.result()
-        return self._decode_into_cache(chunk, _DEMAND)
+        return self._decode_into_cache(chunk, columns, _DEMAND)
 
-    def _decode_into_cache(self, chunk: int, counter: Counter) -> pa.Table:
+    def _decode_into_cache(self, chunk: int, columns: Columns | None, counter: Counter) -> pa.Table:
+        ident = _ident(chunk, columns)
         try:
             with self._lock:
                 if self._closed:
                     raise ValueError(f"segment reader of {self._key} is closed")
-                table = self._decode(chunk)
-            self._cache.put(self._key, chunk, table, ahead=counter is _AHEAD)
+                table = self._decode(chunk) if columns is None else self._project(chunk, columns)
+            self._cache.put(self._key, ident, table, ahead=counter is _AHEAD)
             counter.inc()
             self._drop_pages(chunk)
             return table
         finally:
             with self._state_lock:
-                self._pending.pop(chunk, None)
+                self._pending.pop(ident, None)
+
+    def _project(self, chunk: int, columns: Columns) -> pa.Table:
+        """Only ``columns`` of ``chunk``, reading and decoding no more than they need."""
+        if self._parquet is not None:
+            return self._parquet.read_row_groups([chunk], columns=list(columns), use_threads=False)
+        if self._file_reader is None:  # footerless arrow, already in memory
+            return pa.Table.from_batches([self._batches[chunk]], self.schema).select(list(columns))
+        reader = self._projected.get(columns)
+        if reader is None:
+            fields = [self.schema.get_field_index(name) for name in columns]
+            options = pa.ipc.IpcReadOptions(included_fields=fields)
+            reader = pa.ipc.open_file(self._source, options=options)
+            self._projected[columns] = reader
+        return pa.Table.from_batches([reader.get_batch(chunk)], reader.schema)
 
     def _decode(self, chunk: int) -> pa.Table:
         if self._parquet is not None:
@@ -263,14 +290,14 @@ class SegmentReader:
             batch = self._batches[chunk]
         return pa.Table.from_batches([batch], schema=self.schema)
 
-    def _look_ahead(self, chunk: int) -> None:
+    def _look_ahead(self, chunk: int, columns: Columns | None) -> None:
         """Hint the kernel and queue decodes for the chunks from ``chunk`` on."""
         if chunk >= self.chunks:
             return
         stop = self._offset(chunk) + READ_AHEAD_BYTES
         ahead = chunk
         while ahead < self.chunks and (ahead == chunk or self._offset(ahead + 1) <= stop):
-            self.decode_ahead(ahead)
+            self.decode_ahead(ahead, columns)
             ahead += 1
         if self._direct_fd is None:
             self._read_ahead(chunk)
@@ -338,6 +365,7 @@ class SegmentReader:
         with self._lock:
             self._closed = True
             self._cache.drop(self._key)
+            self._projected.clear()
             if self._source is not None:
                 self._source.close()
             with self._fd_lock:
@@ -392,6 +420,11 @@ def _batch_rows(path: Path) -> list[int]:
         first_only = pa.ipc.IpcReadOptions(included_fields=[0])
         reader = pa.ipc.open_file(pa.PythonFile(raw, mode="r"), options=first_only)
         return [reader.get_batch(i).num_rows for i in range(reader.num_record_batches)]
+
+
+def _ident(chunk: int, columns: Columns | None) -> ChunkId:
+    """How the decoded cache names a chunk: its number, with the columns of a projection."""
+    return chunk if columns is None else (chunk, columns)
 
 
 def _chunk_of(starts: list[int], row: int) -> int:
