@@ -195,6 +195,38 @@ def append(
         typer.echo(json.dumps({"span": {"start": first, "end": end}, "rows": rows}))
 
 
+DatasetOpt = Annotated[
+    list[str] | None,
+    typer.Option("--dataset", "-d", help="Columns or nested paths to return (repeatable) [all]."),
+]
+ExcludeOpt = Annotated[list[str] | None, typer.Option(help="Paths to drop (repeatable).")]
+SeparatorOpt = Annotated[
+    str | None,
+    typer.Option(help="Split paths on this and flatten structs into columns joined by it."),
+]
+MaxColumnBytesOpt = Annotated[
+    int | None,
+    typer.Option(min=0, help="A column larger than this in a reply comes back as nulls."),
+]
+
+
+def _focus(
+    dataset: list[str] | None,
+    exclude: list[str] | None,
+    separator: str | None,
+    max_bytes: int | None,
+) -> Any:
+    """The read's data focus (plateau's dataset parameters), or None for every column."""
+    from plateau.storage.errors import InvalidInput
+    from plateau.storage.focus import DataFocus
+
+    try:
+        focus = DataFocus(tuple(dataset or ()), tuple(exclude or ()), separator, max_bytes)
+    except InvalidInput as exc:
+        fail(exc.message)
+    return focus if focus.active else None
+
+
 @app.command()
 def read(
     ctx: typer.Context,
@@ -209,6 +241,10 @@ def read(
         str, typer.Option("--format", help="table, jsonl or arrow (arrow needs --output).")
     ] = "table",
     output: Annotated[Path | None, typer.Option(help="Write to this file.")] = None,
+    dataset: DatasetOpt = None,
+    exclude: ExcludeOpt = None,
+    separator: SeparatorOpt = None,
+    max_column_bytes: MaxColumnBytesOpt = None,
 ) -> None:
     """Read a partition from --start to its current end (or --limit rows)."""
     from plateau.client.files import json_lines, write_arrow_file
@@ -218,8 +254,9 @@ def read(
         fail(f"--format {output_format!r}: choose table, jsonl or arrow")
     if output_format == "arrow" and output is None:
         fail("--format arrow writes binary data: give --output FILE")
+    focus = _focus(dataset, exclude, separator, max_column_bytes)
     with connect(ctx) as client:
-        pages = client.read_all(topic, partition, start, page_size, time_start, time_end)
+        pages = client.read_all(topic, partition, start, page_size, time_start, time_end, focus)
         tables = _limited((page.table for page in pages), limit)
         if output_format == "arrow":
             assert output is not None
@@ -247,10 +284,15 @@ def tail(
     limit: Annotated[int | None, typer.Option(min=0, help="Stop after this many rows.")] = None,
     page_size: Annotated[int, typer.Option(min=1, max=10000)] = 1000,
     interval: Annotated[float, typer.Option(min=0.01, help="Seconds between polls.")] = 1.0,
+    dataset: DatasetOpt = None,
+    exclude: ExcludeOpt = None,
+    separator: SeparatorOpt = None,
+    max_column_bytes: MaxColumnBytesOpt = None,
 ) -> None:
     """Print a topic's rows as JSON lines, across partitions, as they arrive."""
     from plateau.client.files import json_lines
 
+    focus = _focus(dataset, exclude, separator, max_column_bytes)
     with connect(ctx) as client:
         cursor: dict[str, int] | None = None
         if from_end:
@@ -263,6 +305,7 @@ def tail(
             partition_filter=partition,
             follow=follow,
             poll_interval=interval,
+            focus=focus,
         )
         for table in _limited((page.table for page in pages), limit):
             for line in json_lines(table):

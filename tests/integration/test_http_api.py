@@ -379,7 +379,8 @@ def test_admin_put_with_empty_body_creates_with_defaults(client: httpx.Client) -
 
 
 def test_health_routes(shared: NodeProcess) -> None:
-    assert httpx.get(f"{shared.url}/ok").status_code == 200
+    ok = httpx.get(f"{shared.url}/ok")
+    assert ok.status_code == 200 and ok.content == b'{"ok":"true"}'  # plateau client: exact
     assert httpx.get(f"{shared.url}/healthz").json() == {"status": "ok"}
     assert httpx.get(f"{shared.url}/readyz").status_code == 200
 

@@ -35,6 +35,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pyarrow as pa
+import pyarrow.compute as pc
 
 from plateau.storage.errors import InvalidInput
 
@@ -85,12 +86,14 @@ class DataFocus:
     def columns(self, schema: pa.Schema) -> tuple[str, ...] | None:
         """The top-level columns of ``schema`` this focus reads, in schema order (None: all).
 
-        A path whose first step is not a column is left for ``apply`` to
-        report, with its name.
+        None also when a path's first step is not a column, or every path is
+        excluded: the whole table is read so that ``apply`` reports it by name.
         """
         if not self.active:
             return None
         wanted = {self._split(p)[0] for p in self._paths(schema)}
+        if not wanted or not wanted <= set(schema.names):
+            return None
         return tuple(name for name in schema.names if name in wanted)
 
     def apply(self, table: pa.Table) -> pa.Table:
@@ -208,10 +211,8 @@ def _array_bytes(array: pa.Array) -> int:
         or pa.types.is_binary(kind)
         or pa.types.is_large_binary(kind)
     ):
-        if len(array) == 0:
-            return 0
-        offsets = array.offsets
-        return int(offsets[len(array)].as_py()) - int(offsets[0].as_py())
+        total = pc.sum(pc.binary_length(array)).as_py()
+        return int(total or 0)
     if pa.types.is_dictionary(kind):
         return _array_bytes(array.indices)
     if pa.types.is_boolean(kind):
