@@ -15,6 +15,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from plateau.server.models import Records, TopicRecords
 from plateau.storage.names import NAME_PATTERN, NAME_RULE
 from plateau.storage.topic_config import TopicConfigRequest
 
@@ -110,9 +111,11 @@ def complete(app: FastAPI) -> None:
 
 def _completed(schema: dict[str, Any]) -> dict[str, Any]:
     components = schema.setdefault("components", {}).setdefault("schemas", {})
-    model = TopicConfigRequest.model_json_schema(ref_template="#/components/schemas/{model}")
-    components.update(model.pop("$defs", {}))
-    components["TopicConfigRequest"] = model
+    # models the routes describe by reference (the read replies' envelope form included)
+    for cls in (TopicConfigRequest, Records, TopicRecords):
+        model = cls.model_json_schema(ref_template="#/components/schemas/{model}")
+        components.update(model.pop("$defs", {}))
+        components[cls.__name__] = model
     for path, operations in schema["paths"].items():
         for method, op in operations.items():
             op["operationId"] = OPERATION_IDS.get((method, path), op.get("operationId"))

@@ -21,14 +21,12 @@ from starlette.concurrency import run_in_threadpool
 
 from plateau.server import data_plane
 from plateau.server.auth import ReadAccess
-from plateau.server.codecs import ARROW_FILE, ARROW_STREAM
+from plateau.server.codecs import ARROW_FILE, ARROW_STREAM, JSON_ENVELOPE, JSON_RECORDS
 from plateau.server.jsonout import json_reply
 from plateau.server.models import (
     ERROR_RESPONSES,
     Inserted,
     Partitions,
-    Records,
-    TopicRecords,
     Topics,
 )
 from plateau.server.state import node_state
@@ -60,8 +58,64 @@ ACCEPT = {
     "name": "accept",
     "in": "header",
     "schema": {"type": "string"},
-    "description": f"{ARROW_FILE} or {ARROW_STREAM} for Arrow; anything else gets JSON.",
+    "description": f"`{ARROW_FILE}` or `{ARROW_STREAM}` for Arrow. None, `*/*` or "
+    "`application/json` get plateau's JSON: a bare array of records "
+    f"(`{JSON_RECORDS}`). `{JSON_ENVELOPE}` gets the records in an object with their "
+    "status and span or cursor. Anything else: 406.",
 }
+_PATHS = {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 1024}}
+FOCUS = [
+    _param(
+        "dataset",
+        _PATHS,
+        "Columns or nested paths to return, in order (repeatable; `dataset[]` too); `*`: "
+        "every column [default]. One struct alone returns its fields as the table.",
+        style="form",
+        explode=True,
+    ),
+    _param(
+        "dataset.exclude",
+        _PATHS,
+        "Paths to drop (repeatable; `dataset.exclude[]` too).",
+        style="form",
+        explode=True,
+    ),
+    _param(
+        "dataset.separator",
+        {"type": "string", "minLength": 1},
+        "Split paths on this and flatten structs into columns named by their joined path.",
+    ),
+    _param(
+        "dataset.max_bytes",
+        {"type": "integer", "minimum": 0},
+        "A column whose data in the reply is larger than this comes back as nulls.",
+    ),
+]
+_RECORD_ROWS = {
+    "type": "array",
+    "items": {"type": "object"},
+    "description": "One object per record. Binary values are base64 strings, timestamps "
+    "ISO 8601 strings, NaN and infinities null, nested structs objects, lists arrays.",
+}
+_ARROW = {"schema": {"type": "string", "format": "binary"}}
+
+
+def _replies(envelope: str, status: str) -> dict[int | str, dict[str, Any]]:
+    return {
+        200: {
+            "description": "The records, in the format `Accept` asked for.",
+            "headers": {
+                "x-iteration-status": {"description": status, "schema": {"type": "string"}}
+            },
+            "content": {
+                JSON_RECORDS: {"schema": _RECORD_ROWS},
+                JSON_ENVELOPE: {"schema": {"$ref": f"#/components/schemas/{envelope}"}},
+                ARROW_FILE: _ARROW,
+                ARROW_STREAM: _ARROW,
+            },
+        },
+        406: {"description": "`Accept` names no format the node sends."},
+    }
 
 
 @router.get(
@@ -81,8 +135,11 @@ async def list_topics(request: Request) -> Response:
     summary="Read records of one partition",
     description="Up to `page_size` records from index `start` on, one schema per reply. "
     "An unknown partition of a known topic reads as empty (`span` null).",
-    response_model=Records,
-    responses=ERROR_RESPONSES,
+    response_model=None,
+    responses={
+        **ERROR_RESPONSES,
+        **_replies("Records", '`{"status", "span"}` as JSON'),
+    },
     openapi_extra={
         "parameters": [
             _param(
@@ -94,6 +151,7 @@ async def list_topics(request: Request) -> Response:
             PAGE_SIZE,
             TIME_START,
             TIME_END,
+            *FOCUS,
             ACCEPT,
         ],
         "security": BEARER,
@@ -137,10 +195,12 @@ async def append(request: Request, topic: str, partition: str) -> Response:
     data_plane.ITERATE_PATH,
     summary="Iterate a topic across partitions",
     description="The JSON body is the cursor `{partition: next_index}` (empty for the start); "
-    "send the reply's `next` back to continue. `x-iteration-status` carries "
-    '`{"status", "next"}` as JSON for Arrow replies.',
-    response_model=TopicRecords,
-    responses=ERROR_RESPONSES,
+    "send the `next` of the reply's `x-iteration-status` back to continue.",
+    response_model=None,
+    responses={
+        **ERROR_RESPONSES,
+        **_replies("TopicRecords", '`{"status", "next"}` as JSON'),
+    },
     openapi_extra={
         "parameters": [
             PAGE_SIZE,
@@ -157,6 +217,7 @@ async def append(request: Request, topic: str, partition: str) -> Response:
                 "Partitions to read (repeatable; `partition_filter[]` too); `regex:<pattern>` "
                 "matches names.",
             ),
+            *FOCUS,
             ACCEPT,
         ],
         "requestBody": {
