@@ -21,6 +21,9 @@ from urllib.parse import urlencode, urlsplit
 
 import httpx
 
+Params = dict[str, int] | list[tuple[str, str]]
+"""Query parameters: a dict, or pairs (repeated keys, as the data focus sends them)."""
+
 CLIENTS = ("stdlib", "httpx")
 
 
@@ -47,7 +50,7 @@ class TransportError(Exception):
 
 class Client(Protocol):
     def request(
-        self, method: str, path: str, params: dict[str, int], body: bytes, headers: dict[str, str]
+        self, method: str, path: str, params: Params, body: bytes, headers: dict[str, str]
     ) -> Reply: ...
 
     def close(self) -> None: ...
@@ -64,7 +67,7 @@ class StdlibClient:
         self._headers = headers
 
     def request(
-        self, method: str, path: str, params: dict[str, int], body: bytes, headers: dict[str, str]
+        self, method: str, path: str, params: Params, body: bytes, headers: dict[str, str]
     ) -> Reply:
         target = f"{path}?{urlencode(params)}" if params else path
         try:
@@ -85,11 +88,11 @@ class HttpxClient:
         self._client = httpx.Client(base_url=url, timeout=timeout, headers=headers)
 
     def request(
-        self, method: str, path: str, params: dict[str, int], body: bytes, headers: dict[str, str]
+        self, method: str, path: str, params: Params, body: bytes, headers: dict[str, str]
     ) -> Reply:
         try:
             r = self._client.request(
-                method, path, params=params, content=body or None, headers=headers
+                method, path, params=_pairs(params), content=body or None, headers=headers
             )
         except httpx.HTTPError as exc:
             raise TransportError(f"{type(exc).__name__}: {exc}") from exc
@@ -105,3 +108,7 @@ def open_client(kind: str, url: str, headers: dict[str, str] | None = None) -> C
     if kind == "httpx":
         return HttpxClient(url, headers or {})
     raise ValueError(f"unknown client {kind!r}; use one of {', '.join(CLIENTS)}")
+
+
+def _pairs(params: Params) -> list[tuple[str, str]]:
+    return [(k, str(v)) for k, v in params.items()] if isinstance(params, dict) else params

@@ -36,6 +36,7 @@ import pyarrow.ipc as ipc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import read_focus
 from clients import CLIENTS, Reply, open_client
 from common import (
     ARROW_FILE,
@@ -116,9 +117,18 @@ def _check(r: Reply, what: str) -> None:
 
 
 def iterate_topic(
-    client: str, url: str, topic: str, page_size: int, deadline: float, headers: dict[str, str]
+    client: str,
+    url: str,
+    topic: str,
+    page_size: int,
+    deadline: float,
+    headers: dict[str, str],
+    extra: list[tuple[str, str]] | None = None,
 ) -> tuple[ReadStats, bool]:
-    """One cursor from the start until ``All``; True if it got there before ``deadline``."""
+    """One cursor from the start until ``All``; True if it got there before ``deadline``.
+
+    ``extra``: more query parameters (the data focus of ``--focus``).
+    """
     stats = ReadStats()
     cursor: dict[str, int] = {}
     reader = open_client(client, url, headers)
@@ -128,7 +138,7 @@ def iterate_topic(
             r = reader.request(
                 "POST",
                 f"/topic/{topic}/records",
-                {"page_size": page_size},
+                [("page_size", str(page_size)), *(extra or [])],
                 json.dumps(cursor).encode(),
                 {"accept": ARROW_FILE, "content-type": "application/json"},
             )
@@ -344,6 +354,19 @@ def read_all(
     }
 
 
+def _focus_pass(args: argparse.Namespace, url: str, pid: int, extra: list[tuple[str, str]]) -> Pass:
+    name = "focused iteration" if extra else "full iteration"
+
+    def work() -> tuple[list[ReadStats], bool]:
+        deadline = time.perf_counter() + args.duration
+        stats, complete = iterate_topic(
+            args.client, url, read_focus.TOPIC, args.page_size, deadline, {}, extra
+        )
+        return [stats], complete
+
+    return measured(name, pid, work)
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument("--format", choices=["arrow", "parquet"], default="arrow")
@@ -375,11 +398,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--topic", default=TOPIC, help="topic to read with --url [bench]")
     ap.add_argument("--token", default=None, help="read (or write) token for --url")
     ap.add_argument("--keep", action="store_true", help="keep the data dir and node log")
+    ap.add_argument(
+        "--focus",
+        action="store_true",
+        help="the focused-read line instead: 2 of 20 columns with dataset vs all (read_focus.py)",
+    )
+    ap.add_argument("--rounds", type=int, default=3, help="pairs of passes with --focus [3]")
+    ap.add_argument(
+        "--columns",
+        choices=["mixed", "int64"],
+        default="mixed",
+        help="column types with --focus: inference-log-like mix, or all int64 [mixed]",
+    )
     return ap.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
+    if args.focus:
+        if "--rows" not in (argv if argv is not None else sys.argv):
+            args.rows = 2_000_000
+        return read_focus.run(args, lambda url, pid, extra: _focus_pass(args, url, pid, extra))
     if args.url:
         result = read_all(
             args.client, args.url, args.topic, None, args.page_size, args.duration, args.token
