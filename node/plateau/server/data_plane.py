@@ -55,6 +55,7 @@ from plateau.server.page_ahead import ITERATION_STATUS_HEADER, PageRequest, topi
 from plateau.server.params import (
     data_focus,
     int_param,
+    list_params,
     order_param,
     parse_cursor,
     partition_filter,
@@ -209,10 +210,12 @@ async def iterate_topic(request: Request, state: NodeState, topic: str) -> Respo
     limit = _page_size(request)
     order = order_param(query)
     times = _times(request)
-    selected = partition_filter(
-        query.getlist("partition_filter"), query.getlist("partition_filter[]")
-    )
-    focus = data_focus(query)
+    lists = list_params(query)
+    selected = partition_filter(lists["partition_filter"])
+    focus = data_focus(query, lists)
+    # plateau's page_bytes: at most the node's own limit
+    max_page_bytes = state.settings.server.max_page_bytes
+    page_bytes = int_param(query, "page_bytes", max_page_bytes, low=1)
     cursor = parse_cursor(await read_body(request, MAX_CURSOR_BYTES))
     page_request = PageRequest.of(
         topic,
@@ -221,7 +224,7 @@ async def iterate_topic(request: Request, state: NodeState, topic: str) -> Respo
         order,
         times,
         selected,
-        state.settings.server.max_page_bytes,
+        min(page_bytes, max_page_bytes),
         reply_media_type(request.headers.get("accept")),
         focus,
     )

@@ -137,34 +137,47 @@ def parse_cursor(body: bytes) -> dict[str, int]:
     return cursor
 
 
-_INDEXED = re.compile(r"^(dataset(?:\.exclude)?)\[([0-9]{0,6})\]$")
+_LIST_KEY = re.compile(r"^(?P<name>[a-z_.]+)(?:\[(?P<index>[0-9]{0,6})\])?$")
+_LISTS = ("dataset", "dataset.exclude", "partition_filter")
 
 
-def data_focus(query: QueryParams) -> DataFocus | None:
-    """plateau's data focus from the query; None when the query asks for none.
+def list_params(query: QueryParams) -> dict[str, list[str]]:
+    """The list parameters, in every form clients send them.
 
-    Lists come as serde_qs sends them (``dataset[]=a&dataset[]=b``, or
-    indexed ``dataset[0]=a``) or as plain repeats (``dataset=a&dataset=b``).
+    Plain repeats (``name=a&name=b``), serde_qs' brackets (``name[]=a``) and
+    its default, indexed brackets (``name[0]=a&name[1]=b``, percent-encoded
+    by plateau's Rust client), in that order of preference: repeats in the
+    order given, then indexed items by index.
     """
-    lists: dict[str, list[tuple[int, int, str]]] = {"dataset": [], "dataset.exclude": []}
+    found: dict[str, list[tuple[int, int, str]]] = {name: [] for name in _LISTS}
     for position, (key, value) in enumerate(query.multi_items()):
-        if key in lists:
-            lists[key].append((-1, position, value))
+        match = _LIST_KEY.match(key)
+        if match is None or match.group("name") not in found:
             continue
-        match = _INDEXED.match(key)
-        if match is not None:
-            index = int(match.group(2)) if match.group(2) else -1
-            lists[match.group(1)].append((index, position, value))
-        elif key.startswith("dataset") and key not in ("dataset.separator", "dataset.max_bytes"):
+        index = match.group("index")
+        found[match.group("name")].append((int(index) if index else -1, position, value))
+    return {name: [v for _, _, v in sorted(items)] for name, items in found.items()}
+
+
+_FOCUS_KEYS = re.compile(r"^dataset(\.exclude)?(\[[0-9]{0,6}\])?$|^dataset\.(separator|max_bytes)$")
+
+
+def data_focus(query: QueryParams, lists: dict[str, list[str]] | None = None) -> DataFocus | None:
+    """plateau's data focus from the query; None when the query asks for none."""
+    for key in query:
+        if key.startswith("dataset") and not _FOCUS_KEYS.match(key):
             raise InvalidInput(
                 f"unknown query parameter {key!r}: the data focus takes dataset, "
                 "dataset.exclude, dataset.separator and dataset.max_bytes"
             )
-    dataset = tuple(v for _, _, v in sorted(lists["dataset"]))
-    exclude = tuple(v for _, _, v in sorted(lists["dataset.exclude"]))
-    separator = query.get("dataset.separator")
+    lists = lists if lists is not None else list_params(query)
     max_bytes = None
     if query.get("dataset.max_bytes") is not None:
         max_bytes = int_param(query, "dataset.max_bytes", None, low=0)
-    focus = DataFocus(dataset, exclude, separator, max_bytes)
+    focus = DataFocus(
+        tuple(lists["dataset"]),
+        tuple(lists["dataset.exclude"]),
+        query.get("dataset.separator"),
+        max_bytes,
+    )
     return focus if focus.active else None
