@@ -138,7 +138,10 @@ async def list_topics(request: Request) -> Response:
     response_model=None,
     responses={
         **ERROR_RESPONSES,
-        **_replies("Records", '`{"status", "span"}` as JSON'),
+        **_replies(
+            "Records",
+            'the status as a JSON string (`"All"`); the span in x-span-start and x-span-end',
+        ),
     },
     openapi_extra={
         "parameters": [
