@@ -141,6 +141,10 @@ def test_the_rust_clients_topic_iteration(node: NodeProcess) -> None:
         table, status = iterate(node, query, position)
         rows, position = rows + table.num_rows, status["next"]
     assert rows == 12 and {k for k, v in position.items() if v} == {"a", "c"}
+    # created by its first append, the topic has the partitions appends named, no more
+    assert set(position) <= {"a", "b", "c"}
+    _, _, body = send(node, "GET", "/topic/rust-it")
+    assert set(json.loads(body)["partitions"]) == {"a", "b", "c"}
 
     # page_bytes: a smaller page than page_size allows, then the rest
     table, status = iterate(node, "page_size=100&page_bytes=1", None)

@@ -105,12 +105,21 @@ class Catalog:
             return self._put_locked(topic, request)
 
     def ensure(self, topic: str) -> Topic:
-        """The topic, created with the defaults if it does not exist (auto-creation)."""
+        """The topic, created with the defaults if it does not exist (auto-creation).
+
+        Its partitions are only the ones appends name, as in plateau: numbered
+        partitions made up front ("0") would show in its spans and cursors
+        holding nothing.
+        """
         with self.admin_lock:
             t = self.find(topic)
-            return t if t is not None else self._put_locked(topic, TopicConfigRequest())[0]
+            if t is not None:
+                return t
+            return self._put_locked(topic, TopicConfigRequest(), numbered=False)[0]
 
-    def _put_locked(self, topic: str, request: TopicConfigRequest) -> tuple[Topic, bool]:
+    def _put_locked(
+        self, topic: str, request: TopicConfigRequest, numbered: bool = True
+    ) -> tuple[Topic, bool]:
         existing = self.find(topic)
         config = request.apply_to(existing.config if existing else self._defaults, self._defaults)
         if existing is not None and config.partitions < existing.config.partitions:
@@ -119,7 +128,7 @@ class Catalog:
                 f"never decrease (asked: {config.partitions}); records stay at their indexes"
             )
         self._check_budget(topic, config)
-        names = [str(i) for i in range(config.partitions)]
+        names = [str(i) for i in range(config.partitions)] if numbered else []
         next_indexes = self._manifest.put_topic(topic, config, names)
         t = existing or Topic(topic, config)
         have = set(t.by_name())
