@@ -110,5 +110,8 @@ def open_client(kind: str, url: str, headers: dict[str, str] | None = None) -> C
     raise ValueError(f"unknown client {kind!r}; use one of {', '.join(CLIENTS)}")
 
 
-def _pairs(params: Params) -> list[tuple[str, str]]:
-    return [(k, str(v)) for k, v in params.items()] if isinstance(params, dict) else params
+def _pairs(params: Params) -> tuple[tuple[str, str], ...]:
+    # a tuple: httpx's types take pairs of str in one, not in a list (invariant)
+    return (
+        tuple((k, str(v)) for k, v in params.items()) if isinstance(params, dict) else tuple(params)
+    )

@@ -1,8 +1,9 @@
-"""Shared pieces of the benchmarks: data, the node process, disk bandwidth, sampling.
+"""Shared pieces of the benchmarks: data, data directories, disk bandwidth, sampling.
 
 Nothing here imports ``plateau``: the benchmarks talk to a real node over
-loopback HTTP, like any client would, and start it as a subprocess so that its
-CPU, memory and I/O are measured apart from the clients'.
+loopback HTTP, like any client would, and start it as a subprocess
+(``tests.nodeproc.NodeProcess``, as the tests do) so that its CPU, memory and
+I/O are measured apart from the clients'.
 """
 
 from __future__ import annotations
@@ -16,13 +17,10 @@ import random
 import resource
 import shutil
 import signal
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -32,7 +30,6 @@ import psutil
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-ROOT = Path(__file__).resolve().parent.parent
 ARROW_FILE = "application/vnd.apache.arrow.file"
 MiB = 1024 * 1024
 GiB = 1024 * MiB
@@ -178,122 +175,13 @@ def dir_size(path: Path) -> int:
     return total
 
 
-# --- the node ------------------------------------------------------------------
+# --- the data directory ------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
-@dataclass
-class NodeExit:
-    """What the kernel accounted for the node over its whole life (``wait4`` rusage)."""
-
-    returncode: int
-    cpu_user_s: float
-    cpu_system_s: float
-    write_bytes: int  # ru_oublock * 512: bytes the node caused to be written to storage
-    max_rss_mb: float
-
-
-class Node:
-    """``plateau node`` as a subprocess (as ``tests/nodeproc.py``), reaped with ``wait4``.
-
-    Reaping it ourselves gives the kernel's totals for the node's whole life,
-    including the seals it does at shutdown, which sampling would miss.
-    """
-
-    def __init__(
-        self,
-        data_dir: Path,
-        args: list[str] | None = None,
-        env: dict[str, str] | None = None,
-        preexec: Callable[[], None] | None = None,
-    ) -> None:
-        self.data_dir = data_dir
-        self.preexec = preexec
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.args = args or []
-        self.env = env or {}
-        self.log_path = data_dir.parent / f"{data_dir.name}-node.log"
-        self.proc: subprocess.Popen[bytes] | None = None
-        self.exit: NodeExit | None = None
-
-    @property
-    def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
-
-    def start(self, timeout: float = 60.0) -> Node:
-        env = {**os.environ, **self.env}
-        env["PYTHONPATH"] = os.pathsep.join(
-            [str(ROOT / "node"), *filter(None, [env.get("PYTHONPATH")])]
-        )
-        cmd = [
-            sys.executable,
-            "-c",
-            "from plateau.cli import main; main()",
-            "node",
-            "--data-dir",
-            str(self.data_dir),
-            "--bind",
-            f"127.0.0.1:{self.port}",
-            *self.args,
-        ]
-        with self.log_path.open("ab") as logf:
-            self.proc = subprocess.Popen(
-                cmd, env=env, stdout=logf, stderr=subprocess.STDOUT, preexec_fn=self.preexec
-            )
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"node exited with {self.proc.returncode}: {self.log()}")
-            with contextlib.suppress(httpx.HTTPError):
-                if httpx.get(f"{self.url}/readyz", timeout=1.0).status_code == 200:
-                    return self
-            time.sleep(0.05)
-        raise RuntimeError(f"node did not become ready in {timeout}s: {self.log()}")
-
-    def log(self) -> str:
-        try:
-            return self.log_path.read_text(errors="replace")[-4000:]
-        except OSError:
-            return ""
-
-    def stop(self, timeout: float = 90.0) -> NodeExit | None:
-        """SIGTERM (the node seals its open segments), then SIGKILL after ``timeout``."""
-        if self.proc is None or self.exit is not None:
-            return self.exit
-        pid = self.proc.pid
-        if self.proc.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while True:
-            try:
-                wpid, status, ru = os.wait4(pid, os.WNOHANG)
-            except ChildProcessError:
-                return None
-            if wpid == pid:
-                break
-            if time.monotonic() > deadline:
-                log(f"node {pid} did not stop in {timeout}s; SIGKILL")
-                with contextlib.suppress(ProcessLookupError):
-                    os.kill(pid, signal.SIGKILL)
-                deadline = time.monotonic() + 30
-            time.sleep(0.05)
-        self.proc.returncode = os.waitstatus_to_exitcode(status)
-        self.exit = NodeExit(
-            returncode=self.proc.returncode,
-            cpu_user_s=ru.ru_utime,
-            cpu_system_s=ru.ru_stime,
-            write_bytes=ru.ru_oublock * 512,
-            max_rss_mb=ru.ru_maxrss / 1024,
-        )
-        return self.exit
+# A benchmark's node holds and seals far more data than a test's: longer than
+# ``NodeProcess``'s defaults to become ready and to stop.
+NODE_START_S = 60.0
+NODE_STOP_S = 90.0
 
 
 def make_data_dir(given: Path | None, prefix: str) -> tuple[Path, Path | None]:

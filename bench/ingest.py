@@ -29,16 +29,17 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.memcg
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.memcg, tests.nodeproc
 
 import httpx
 
 from clients import CLIENTS, Reply, TransportError, open_client
 from common import (
     ARROW_FILE,
+    NODE_START_S,
+    NODE_STOP_S,
     GiB,
     MiB,
-    Node,
     RssSampler,
     cleanup,
     create_topic,
@@ -59,6 +60,7 @@ from common import (
 )
 from plateau.settings import StorageSettings
 from tests.memcg import MemoryCgroup
+from tests.nodeproc import NodeProcess
 
 TOPIC = "bench"
 BASELINE_TOPIC = "bench-baseline"
@@ -420,13 +422,15 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         node_args += ["--durability", args.durability]
     node_env = dict(kv.split("=", 1) for kv in args.node_env)
     cgroup = MemoryCgroup(args.memory_limit) if args.memory_limit else None
-    node = Node(data_dir, args=node_args, env=node_env, preexec=cgroup.enter if cgroup else None)
+    node = NodeProcess(
+        data_dir, args=node_args, env=node_env, preexec=cgroup.enter if cgroup else None
+    )
     sampler: RssSampler | None = None
     phases: list[Phase] = []
     baseline: Phase | None = None
     wide = args.partitions != args.baseline_partitions
     try:
-        node.start()
+        node.start(timeout=NODE_START_S)
         log(f"node pid {node.pid} on {node.url}")
         memory = httpx.get(f"{node.url}/admin/node").json()["memory"]
         log(f"memory budget: {memory}")
@@ -490,7 +494,8 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         log("stopping the node (it seals its open segments)")
         oom_kills = cgroup.oom_kills() if cgroup else None
         early_seals = int(scrape_metrics(node.url).get("plateau_early_seals_total", 0.0))
-        exit_info = node.stop()
+        node.stop(timeout=NODE_STOP_S)
+        exit_info = node.exit
     except BaseException:
         log(f"node log tail:\n{node.log()}")
         raise
@@ -498,7 +503,7 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         if sampler is not None:
             sampler.stop()
         with contextlib.suppress(Exception):
-            node.stop()
+            node.stop(timeout=NODE_STOP_S)
         if cgroup is not None:
             cgroup.remove()
     size = dir_size(data_dir)

@@ -53,7 +53,7 @@ def seal_rate(directory: Path, table: pa.Table, pieces: int) -> float:
         write_sealed(
             directory / f"seal-{pieces}-{i}.parquet", table.slice(i * rows, rows), "parquet", "zstd"
         )
-    return table.nbytes / 1e6 / (time.perf_counter() - started)
+    return int(table.nbytes) / 1e6 / (time.perf_counter() - started)
 
 
 def main() -> None:

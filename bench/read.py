@@ -35,14 +35,16 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.nodeproc
 
 import read_focus
 from clients import CLIENTS, Reply, open_client
 from common import (
     ARROW_FILE,
+    NODE_START_S,
+    NODE_STOP_S,
     GiB,
     MiB,
-    Node,
     RssSampler,
     cleanup,
     create_topic,
@@ -57,6 +59,7 @@ from common import (
     system_busy_s,
     usage,
 )
+from tests.nodeproc import NodeProcess
 
 TOPIC = "bench"
 STATUS_HEADER = "x-iteration-status"
@@ -428,9 +431,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     data_dir, temp_root = make_data_dir(args.data_dir, "plateau-bench-read-")
     log(f"data dir {data_dir}")
     budget, capacity = disk_budget(data_dir, 8 * GiB)
-    node = Node(data_dir, args=["--capacity-bytes", str(capacity)])
+    node = NodeProcess(data_dir, args=["--capacity-bytes", str(capacity)])
     try:
-        node.start()
+        node.start(timeout=NODE_START_S)
         create_topic(
             node.url,
             TOPIC,
@@ -446,9 +449,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         log(f"fill: {fill_rate:,.0f} rows/s")
         if not args.no_restart:
             log("restarting the node so that every segment is sealed")
-            node.stop()
-            node = Node(data_dir, args=["--capacity-bytes", str(capacity)])
-            node.start()
+            node.stop(timeout=NODE_STOP_S)
+            node = NodeProcess(data_dir, args=["--capacity-bytes", str(capacity)])
+            node.start(timeout=NODE_START_S)
         sampler = RssSampler(node.pid).start()
         try:
             result = read_all(
@@ -464,7 +467,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         raise
     finally:
         with contextlib.suppress(Exception):
-            node.stop()
+            node.stop(timeout=NODE_STOP_S)
         if not args.keep:
             cleanup(temp_root)
     return {

@@ -29,8 +29,9 @@ import pyarrow.compute as pc
 
 from common import (
     ARROW_FILE,
+    NODE_START_S,
+    NODE_STOP_S,
     GiB,
-    Node,
     arrow_file_body,
     cleanup,
     create_topic,
@@ -38,6 +39,7 @@ from common import (
     log,
     make_data_dir,
 )
+from tests.nodeproc import NodeProcess
 
 TOPIC = "wide"
 COLUMNS = 20
@@ -115,9 +117,9 @@ def run(
     runs one measured topic iteration and returns its ``Pass``."""
     data_dir, temp_root = make_data_dir(args.data_dir, "plateau-bench-focus-")
     budget, capacity = disk_budget(data_dir, 4 * GiB)
-    node = Node(data_dir, args=["--capacity-bytes", str(capacity)])
+    node = NodeProcess(data_dir, args=["--capacity-bytes", str(capacity)])
     try:
-        node.start()
+        node.start(timeout=NODE_START_S)
         create_topic(
             node.url,
             TOPIC,
@@ -136,15 +138,15 @@ def run(
             for passes, extra in ((full, []), (focused, focus)):
                 # a fresh node for every pass: nothing decoded yet, as for a history scan
                 # (the kernel's page cache stays warm for both)
-                node.stop()
-                node = Node(data_dir, args=["--capacity-bytes", str(capacity)])
-                node.start()
+                node.stop(timeout=NODE_STOP_S)
+                node = NodeProcess(data_dir, args=["--capacity-bytes", str(capacity)])
+                node.start(timeout=NODE_START_S)
                 passes.append(iterate(node.url, node.pid, extra))
     except BaseException:
         log(f"node log tail:\n{node.log()}")
         raise
     finally:
-        node.stop()
+        node.stop(timeout=NODE_STOP_S)
         if not args.keep:
             cleanup(temp_root)
     speedups = [b.rows_per_s / a.rows_per_s for a, b in zip(full, focused, strict=True)]

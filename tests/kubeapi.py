@@ -48,7 +48,7 @@ class KubeApi:
         self.port = free_port()
         self.server = f"https://127.0.0.1:{self.port}"
         self.kubeconfig = workdir / "kubeconfig"
-        self._procs: list[subprocess.Popen[bytes]] = []
+        self._procs: dict[str, subprocess.Popen[bytes]] = {}  # by name, in start order
 
     def start(self, timeout: float = 90.0) -> KubeApi:
         w = self.workdir
@@ -110,9 +110,9 @@ class KubeApi:
         )
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
-            for proc in self._procs:
+            for name, proc in self._procs.items():
                 if proc.poll() is not None:
-                    raise RuntimeError(f"{proc.args[0]} exited: {self.logs()}")
+                    raise RuntimeError(f"{name} exited: {self.logs()}")
             if self.kubectl("get", "--raw", "/readyz", check=False).returncode == 0:
                 return self
             time.sleep(0.5)
@@ -120,7 +120,7 @@ class KubeApi:
 
     def _spawn(self, name: str, cmd: list[str]) -> None:
         log = (self.workdir / f"{name}.log").open("ab")
-        self._procs.append(subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT))
+        self._procs[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
 
     def logs(self) -> str:
         return "\n".join(
@@ -150,9 +150,9 @@ class KubeApi:
         return self.kubectl("apply", "-f", "-", stdin=text, check=False)
 
     def stop(self) -> None:
-        for proc in reversed(self._procs):
+        for proc in reversed(self._procs.values()):
             proc.terminate()
-        for proc in self._procs:
+        for proc in self._procs.values():
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -100,11 +101,11 @@ def test_pod_reaches_another_pod_through_a_service_by_dns_name(ns: Kube) -> None
     assert ns.logs("client").split() == ["hello-through-service"] * 2
 
 
-def _pods(ns: Kube, selector: str) -> list[dict]:
+def _pods(ns: Kube, selector: str) -> list[dict[str, Any]]:
     return list(json.loads(ns("get", "pods", "-l", selector, "-o", "json"))["items"])
 
 
-def _running_ready(p: dict) -> bool:
+def _running_ready(p: dict[str, Any]) -> bool:
     conds = {c["type"]: c["status"] for c in p.get("status", {}).get("conditions", [])}
     running = p["status"].get("phase") == "Running" and conds.get("Ready") == "True"
     return running and "deletionTimestamp" not in p["metadata"]

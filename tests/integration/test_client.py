@@ -268,7 +268,7 @@ def test_busy_node_is_retried_and_nothing_is_lost(node: NodeProcess) -> None:
             rounds += 1
         assert not errors
         assert busy_rejections(node) > 0, "the node never shed load: the test proved nothing"
-        stored = []
+        stored: list[tuple[int, int]] = []
         for partition in ("0", "1"):
             for page in client.read_all("shed", partition, page_size=10_000):
                 columns = page.table.select(["w", "i"]).to_pydict()

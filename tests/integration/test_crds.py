@@ -27,7 +27,7 @@ def test_examples_are_accepted_with_defaults_and_short_names(kube: KubeApi) -> N
     assert columns[:4] == ["NAME", "NODE", "PARTITIONS", "BUDGET"]
 
 
-TOPIC = {
+TOPIC: dict[str, Any] = {
     "apiVersion": "plateau.dev/v1alpha1",
     "kind": "PlateauTopic",
     "metadata": {"name": "t", "namespace": NS},
@@ -80,7 +80,7 @@ def test_topic_updates_that_would_break_records_are_rejected(
     assert kube.apply(topic(name, partitions=3)).returncode == 0  # growing is fine
 
 
-NODE = {
+NODE: dict[str, Any] = {
     "apiVersion": "plateau.dev/v1alpha1",
     "kind": "PlateauNode",
     "metadata": {"name": "n", "namespace": NS},

@@ -111,7 +111,7 @@ def test_partition_reads_return_the_focused_columns(
     node: NodeProcess, fmt: str, query: list[tuple[str, str]], expected: dict[str, str]
 ) -> None:
     url = f"{node.url}/topic/logs-{fmt}/partition/0/records"
-    params = [("start", "0"), ("page_size", "100"), *query]
+    params = (("start", "0"), ("page_size", "100"), *query)
     src = source()
     arrow = httpx.get(url, params=params, headers={"accept": ARROW_FILE})
     assert arrow.status_code == 200, arrow.text
@@ -131,7 +131,7 @@ def test_partition_reads_return_the_focused_columns(
 
 @pytest.mark.parametrize("fmt", ["parquet", "arrow"])
 def test_topic_iteration_takes_the_same_focus(node: NodeProcess, fmt: str) -> None:
-    query = [("dataset[]", "outputs"), ("dataset.separator", "."), ("page_size", "5")]
+    query = (("dataset[]", "outputs"), ("dataset.separator", "."), ("page_size", "5"))
     url = f"{node.url}/topic/logs-{fmt}/records"
     cursor: dict[str, int] = {}
     scores: list[float] = []
@@ -152,8 +152,8 @@ def test_topic_iteration_takes_the_same_focus(node: NodeProcess, fmt: str) -> No
 @pytest.mark.parametrize("fmt", ["parquet", "arrow"])
 def test_max_bytes_nulls_too_large_columns_keeping_their_type(node: NodeProcess, fmt: str) -> None:
     # in a 24-row reply: the tensor is 384 bytes, the label 120, time 192
-    query = [("dataset[]", "inputs"), ("dataset[]", "time"), ("dataset.separator", "."),
-             ("dataset.max_bytes", "200"), ("start", "0"), ("page_size", "100")]  # fmt: skip
+    query = (("dataset[]", "inputs"), ("dataset[]", "time"), ("dataset.separator", "."),
+             ("dataset.max_bytes", "200"), ("start", "0"), ("page_size", "100"))  # fmt: skip
     r = httpx.get(
         f"{node.url}/topic/logs-{fmt}/partition/0/records",
         params=query,
@@ -186,7 +186,7 @@ def test_bad_focus_is_a_400_that_names_it_and_changes_nothing(
     before = httpx.get(url, params={"start": 0, "page_size": 100}, headers={"accept": ARROW_FILE})
     for reply in (
         httpx.get(url, params=[("start", "0"), *query]),
-        httpx.post(f"{node.url}/topic/logs-parquet/records", params=query, json={}),
+        httpx.post(f"{node.url}/topic/logs-parquet/records", params=tuple(query), json={}),
     ):
         assert reply.status_code == 400, reply.text
         assert named in reply.json()["message"]

@@ -19,7 +19,7 @@ import uvicorn
 
 from plateau.server.app import create_app
 from plateau.server.data_plane import DataPlane
-from plateau.settings import NodeSettings
+from plateau.settings import NodeSettings, StorageSettings
 from plateau.storage.engine import Engine
 from tests.arrowhttp import append
 from tests.nodeproc import free_port
@@ -29,7 +29,8 @@ STALL_SECONDS = 1.0
 
 @pytest.fixture
 def served(tmp_path: Path) -> Iterator[tuple[Engine, str]]:
-    settings = NodeSettings(storage={"data_dir": tmp_path / "data", "stall_seconds": STALL_SECONDS})
+    storage = StorageSettings(data_dir=tmp_path / "data", stall_seconds=STALL_SECONDS)
+    settings = NodeSettings(storage=storage)
     engine = Engine(settings.storage)
     app = create_app(settings, engine)
     port = free_port()

@@ -5,7 +5,7 @@ from __future__ import annotations
 import base64
 import itertools
 import json
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import httpx
@@ -238,8 +238,8 @@ def iterate(
     client: httpx.Client,
     topic: str,
     cursor: dict[str, int] | None = None,
+    params: Mapping[str, str | int] | None = None,
     headers: dict[str, str] | None = None,
-    **params: object,
 ) -> httpx.Response:
     content = json.dumps(cursor).encode() if cursor is not None else b""
     r = client.post(f"/topic/{topic}/records", params=params, content=content, headers=headers)
@@ -254,7 +254,7 @@ def test_topic_iteration_with_cursor(client: httpx.Client) -> None:
     values: list[str] = []
     cursor: dict[str, int] | None = None
     for _ in range(20):
-        r = iterate(client, topic, cursor, page_size=3)
+        r = iterate(client, topic, cursor, {"page_size": 3})
         rows, header = records(r), status(r)
         assert set(header) == {"status", "next"}
         values += [str(row["value"]) for row in rows]
@@ -262,7 +262,7 @@ def test_topic_iteration_with_cursor(client: httpx.Client) -> None:
             assert header["status"] == "All"
             break
         cursor = header["next"]  # type: ignore[assignment]
-    enveloped = iterate(client, topic, {}, page_size=3, headers={"accept": ENVELOPE})
+    enveloped = iterate(client, topic, {}, {"page_size": 3}, headers={"accept": ENVELOPE})
     assert enveloped.headers["content-type"] == ENVELOPE
     body = enveloped.json()
     assert {"status": body["status"], "next": body["next"]} == status(enveloped)
@@ -287,10 +287,10 @@ def test_partition_filter_both_spellings_and_regex(client: httpx.Client) -> None
     topic = fresh_topic()
     for name, n in (("a", 1), ("b", 2), ("c1", 3)):
         append(client, topic, name, sample(n))
-    r = iterate(client, topic, None, partition_filter="b")
+    r = iterate(client, topic, None, {"partition_filter": "b"})
     assert len(records(r)) == 2
     assert {k for k, v in status(r)["next"].items() if v} == {"b"}  # type: ignore[attr-defined]
-    r = iterate(client, topic, None, **{"partition_filter[]": "regex:c.*"})
+    r = iterate(client, topic, None, {"partition_filter[]": "regex:c.*"})
     assert len(records(r)) == 3
     r = client.post(
         f"/topic/{topic}/records?partition_filter=a&partition_filter[]=b", content=b"{}"
@@ -301,14 +301,14 @@ def test_partition_filter_both_spellings_and_regex(client: httpx.Client) -> None
 def test_descending_iteration(client: httpx.Client) -> None:
     topic = fresh_topic()
     append(client, topic, "0", sample(5))
-    r = iterate(client, topic, None, order="desc", page_size=2)
+    r = iterate(client, topic, None, {"order": "desc", "page_size": 2})
     assert [row["value"] for row in records(r)] == ["v4", "v3"]
 
 
 def test_iteration_time_filter(client: httpx.Client) -> None:
     topic = fresh_topic()
     append(client, topic, "0", sample(5, start_time=1000))
-    r = iterate(client, topic, {}, **{"time.start": "1003", "time.end": "1004"})
+    r = iterate(client, topic, {}, {"time.start": "1003", "time.end": "1004"})
     assert [row["time"] for row in records(r)] == [1003, 1004]
     empty = iterate(client, topic, {"0": 5})
     assert records(empty) == [] and status(empty) == {"status": "All", "next": {"0": 5}}

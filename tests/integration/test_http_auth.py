@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import httpx
 import pyarrow as pa
@@ -19,7 +20,8 @@ def body() -> bytes:
     sink = pa.BufferOutputStream()
     with ipc.new_file(sink, table.schema) as w:
         w.write_table(table)
-    return sink.getvalue().to_pybytes()
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
 
 
 def bearer(token: str) -> dict[str, str]:
@@ -73,7 +75,7 @@ def test_write_token_guards_writes_and_admin_only(node: NodeProcess) -> None:
 
 
 @pytest.fixture
-def read_token_node(tmp_path) -> Iterator[NodeProcess]:  # type: ignore[no-untyped-def]
+def read_token_node(tmp_path: Path) -> Iterator[NodeProcess]:
     proc = NodeProcess(tmp_path / "data", token="w-token", read_token="r-token").start()
     yield proc
     proc.stop()

@@ -17,6 +17,7 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -102,7 +103,7 @@ def get(kube: KubeApi, kind: str, name: str) -> dict[str, Any]:
 
 def ready(kube: KubeApi, name: str) -> tuple[str, str]:
     conds = get(kube, "plateautopic", name).get("status", {}).get("conditions", [])
-    c = next((c for c in conds if c["type"] == "Ready"), {})
+    c: dict[str, Any] = next((c for c in conds if c["type"] == "Ready"), {})
     return c.get("status", ""), c.get("reason", "")
 
 
@@ -246,7 +247,7 @@ def test_growing_storage_patches_the_bound_claim_or_says_why_not(
         )
     try:
         for name, cls in (("m", "fixed"), ("g", "growing")):
-            pnode = {
+            pnode: dict[str, Any] = {
                 "apiVersion": "plateau.dev/v1alpha1",
                 "kind": "PlateauNode",
                 "metadata": {"name": name, "namespace": NS},
@@ -267,7 +268,7 @@ def test_growing_storage_patches_the_bound_claim_or_says_why_not(
             }
             assert kube.apply(claim).returncode == 0
             # grown only once the StatefulSet exists: its claim template cannot change
-            wait_until(lambda n=name: get(kube, "statefulset", f"plateau-{n}"), "the StatefulSet")
+            wait_until(partial(get, kube, "statefulset", f"plateau-{name}"), "the StatefulSet")
             kube.kubectl(
                 "patch", "pvc", f"data-plateau-{name}-0", "-n", NS, "--subresource=status",
                 "--type=merge", "-p", '{"status": {"phase": "Bound"}}',
@@ -277,7 +278,7 @@ def test_growing_storage_patches_the_bound_claim_or_says_why_not(
 
         def degraded() -> str:
             conds = get(kube, "plateaunode", "m").get("status", {}).get("conditions", [])
-            c = next((c for c in conds if c["type"] == "Degraded"), {})
+            c: dict[str, Any] = next((c for c in conds if c["type"] == "Degraded"), {})
             return str(c.get("message", "")) if c.get("reason") == "ExpansionUnsupported" else ""
 
         message = wait_until(degraded, "Degraded/ExpansionUnsupported")

@@ -142,7 +142,7 @@ def wait_sealed(data_dir: Path, topic: str, rows: int) -> None:
 
 def same(got: pa.Table, sent: pa.Table) -> bool:
     got = got.drop_columns(["time"])
-    return got.schema.equals(sent.schema) and got.to_pylist() == sent.to_pylist()
+    return bool(got.schema.equals(sent.schema)) and got.to_pylist() == sent.to_pylist()
 
 
 @pytest.mark.parametrize("fmt", ["arrow", "parquet"])
@@ -169,5 +169,5 @@ def test_any_schema_round_trips(node: NodeProcess, fmt: str, table: pa.Table) ->
         wait_sealed(node.data_dir, topic, table.num_rows)
         from_sealed, status = read(c, topic, "0", 0)
         assert same(from_sealed, table)
-        assert json.loads(status)["status"] == "SchemaChange"
+        assert json.loads(status) == "SchemaChange"  # plateau: the status alone
         c.delete(f"/admin/topics/{topic}").raise_for_status()

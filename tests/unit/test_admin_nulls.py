@@ -13,7 +13,7 @@ from pathlib import Path
 import httpx
 
 from plateau.server.app import create_app
-from plateau.settings import NodeSettings
+from plateau.settings import NodeSettings, StorageSettings
 from plateau.storage.engine import Engine
 from plateau.storage.topic_config import TopicConfig, TopicConfigRequest
 
@@ -48,7 +48,7 @@ def test_null_means_the_default_and_absent_keeps_the_value() -> None:
 def test_explicit_nulls_over_http_are_defaults_and_partitions_never_shrink(
     tmp_path: Path,
 ) -> None:
-    settings = NodeSettings(storage={"data_dir": tmp_path / "data"})
+    settings = NodeSettings(storage=StorageSettings(data_dir=tmp_path / "data"))
     engine = Engine(settings.storage)
     app = create_app(settings, engine)
     found_by_fuzzer = {

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -34,7 +35,7 @@ def test_reopen_continues_indexes(make_engine: EngineFactory, fmt: str) -> None:
 
 
 @pytest.mark.parametrize("fmt", ["arrow", "parquet"])
-def test_torn_tail_is_cut_and_acknowledged_rows_survive(tmp_path, fmt: str) -> None:
+def test_torn_tail_is_cut_and_acknowledged_rows_survive(tmp_path: Path, fmt: str) -> None:
     """Simulates a crash mid-write: the file loses its last bytes (as after kill -9 of a write)."""
     settings = StorageSettings(data_dir=tmp_path / "data")
     e = Engine(settings)
@@ -58,7 +59,7 @@ def test_torn_tail_is_cut_and_acknowledged_rows_survive(tmp_path, fmt: str) -> N
         e2.close()
 
 
-def test_parquet_segment_sealed_in_place_before_a_failed_start_is_kept(tmp_path) -> None:
+def test_parquet_segment_sealed_in_place_before_a_failed_start_is_kept(tmp_path: Path) -> None:
     """A start on a full volume seals a parquet write-ahead file in place as ``.arrow``
     (``seal_in_place``), then may fail committing the manifest row (SQLite out of space)
     and retry with the ballast released. The retry must adopt the ``.arrow`` file: it once

@@ -10,17 +10,18 @@ from typing import Any
 import httpx
 import uvicorn
 from fastapi import FastAPI
+from pydantic import SecretStr
 
 from plateau.server.app import create_app
 from plateau.server.data_plane import DataPlane
 from plateau.server.run import NodeServer
 from plateau.server.state import NodeState
-from plateau.settings import NodeSettings
+from plateau.settings import AuthSettings, NodeSettings, StorageSettings
 from plateau.storage.engine import Engine
 
 
 def make(tmp_path: Path) -> tuple[NodeSettings, Engine]:
-    settings = NodeSettings(storage={"data_dir": tmp_path / "data"})
+    settings = NodeSettings(storage=StorageSettings(data_dir=tmp_path / "data"))
     return settings, Engine(settings.storage)
 
 
@@ -83,7 +84,9 @@ def test_data_plane_and_fastapi_routes_answer_alike(tmp_path: Path) -> None:
     """The data routes are served by ``DataPlane`` in front of FastAPI, and declared in FastAPI
     too: both entries must give the same answers, and whatever the data plane does not serve
     (other methods, other paths) must reach FastAPI."""
-    settings = NodeSettings(storage={"data_dir": tmp_path / "data"}, auth={"token": "w"})
+    settings = NodeSettings(
+        storage=StorageSettings(data_dir=tmp_path / "data"), auth=AuthSettings(token=SecretStr("w"))
+    )
     engine = Engine(settings.storage)
     app = create_app(settings, engine)
     state: NodeState = app.state.plateau
