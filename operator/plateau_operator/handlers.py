@@ -19,7 +19,7 @@ from prometheus_client import start_http_server
 
 from plateau_operator import nodes, telemetry, topics
 from plateau_operator.kube import Kube
-from plateau_operator.nodeaccess import paused
+from plateau_operator.nodeaccess import API_VERSION, paused
 from plateau_operator.spec import DEFAULT_IMAGE
 from plateau_operator.status import Outcome
 
@@ -138,7 +138,7 @@ def delete_topic(name: str, namespace: str | None, spec: kopf.Spec, retry: int, 
 @kopf.on.update(GROUP, VERSION, "plateaunodes", field="spec")
 @kopf.timer(GROUP, VERSION, "plateaunodes", interval=RESYNC_SECONDS, idle=RESYNC_SECONDS)
 def reconcile_node(meta: kopf.Meta, body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-    if paused(dict(meta)):
+    if paused(dict(meta)) or _paused_now("PlateauNode", meta):
         return
     with telemetry.reconciling("PlateauNode") as result:
         adopt = lambda obj: kopf.adopt(obj, owner=body)  # noqa: E731
@@ -149,6 +149,22 @@ def reconcile_node(meta: kopf.Meta, body: kopf.Body, patch: kopf.Patch, **_: Any
 @kopf.on.delete(GROUP, VERSION, "plateaunodes", optional=True)  # no finalizer: owners cascade
 def forget_node(name: str, namespace: str | None, **_: Any) -> None:
     telemetry.forget("PlateauNode", namespace or "", name)
+
+
+def _paused_now(kind: str, meta: kopf.Meta) -> bool:
+    """The pause annotation as the API server has it now.
+
+    A timer can fire with the body of the watch event before the annotation's
+    (found on the cluster: a node paused and at once scaled to 0 was scaled
+    back by a timer that had not seen the pause yet). One GET before acting
+    closes that window for the StatefulSet, whose replicas a person changes
+    by hand while paused.
+    """
+    name, namespace = meta.get("name"), meta.get("namespace")
+    if not name or not namespace:
+        return False
+    current = kube().get(API_VERSION, kind, str(name), str(namespace))
+    return current is None or paused(dict(current.get("metadata") or {}))
 
 
 def _plain(body: kopf.Body) -> dict[str, Any]:

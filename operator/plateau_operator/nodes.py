@@ -9,6 +9,7 @@ was asked for.
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
@@ -52,7 +53,11 @@ def reconcile(
         adopt(secret)
         kube.apply(secret)
     existing = kube.get("apps/v1", "StatefulSet", n["statefulset"], namespace)
-    for obj in desired(spec, namespace):
+    pvc = kube.get("v1", "PersistentVolumeClaim", n["pvc"], namespace) or {}
+    # the node's capacity is the volume it has, not the size asked for: a claim that
+    # cannot grow (or has not yet) must not let the node promise budgets past its disk
+    running = replace(spec, size_bytes=min(spec.size_bytes, bound_bytes(pvc) or spec.size_bytes))
+    for obj in desired(running, namespace):
         if obj["kind"] == "StatefulSet":
             keep_claim_template(obj, existing)
         adopt(obj)
@@ -64,7 +69,6 @@ def reconcile(
     current = sts_status.get("current_revision") or sts_status.get("currentRevision")
     rolling = bool(updated and current and updated != current)
     pod = kube.get("v1", "Pod", f"{n['statefulset']}-0", namespace) or {}
-    pvc = kube.get("v1", "PersistentVolumeClaim", n["pvc"], namespace) or {}
     status: dict[str, Any] = {
         "observedGeneration": generation,
         "endpoint": endpoint(body, namespace),
@@ -104,6 +108,12 @@ def reconcile(
     conds = set_condition(conds, "Degraded", reason != "Healthy", reason, message, generation)
     status["conditions"] = conds
     return Outcome(status, retry_after=None if answered else 15.0)
+
+
+def bound_bytes(pvc: dict[str, Any]) -> int | None:
+    """The size of the volume a claim is bound to (``status.capacity``), None before."""
+    capacity = ((pvc.get("status") or {}).get("capacity") or {}).get("storage")
+    return parse_quantity(str(capacity)) if capacity else None
 
 
 def keep_claim_template(sts: dict[str, Any], existing: dict[str, Any] | None) -> None:

@@ -172,10 +172,14 @@ def test_nodes_and_topics_from_yaml(release: Release, ns: Kube) -> None:
         ),
         RESYNC_BOUND,
     )
+    # the node keeps the capacity of the volume it has, and no roll happened for it
+    assert ns.get("plateaunode", "ingest")["status"]["capacityBytes"] == 20 * GiB
     assert ready(ns, "plateaunode", "ingest")[0] == "True"
 
     # --- pause the node, scale it to 0: its topics go NodeUnreachable; unpause: Ready again
     ns.run("annotate", "plateaunode", "ingest", "plateau.dev/paused=true")
+    # as a person would: pause, let a reconcile already under way finish, then act
+    time.sleep(RESYNC_SECONDS)
     ns.run("scale", "statefulset", "plateau-ingest", "--replicas=0")
     ns.wait_for("the node pod gone", lambda: not ns.exists("pod", POD), 120)
     ns.wait_for(

@@ -24,6 +24,7 @@ from typing import Any
 import httpx
 import pyarrow as pa
 import pytest
+import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.arrowhttp import append
@@ -271,7 +272,9 @@ def test_growing_storage_patches_the_bound_claim_or_says_why_not(
             wait_until(partial(get, kube, "statefulset", f"plateau-{name}"), "the StatefulSet")
             kube.kubectl(
                 "patch", "pvc", f"data-plateau-{name}-0", "-n", NS, "--subresource=status",
-                "--type=merge", "-p", '{"status": {"phase": "Bound"}}',
+                "--type=merge",
+                "-p",
+                '{"status": {"phase": "Bound", "capacity": {"storage": "1Gi"}}}',
             )  # fmt: skip
             pnode["spec"]["storage"]["size"] = "2Gi"
             assert kube.apply(pnode).returncode == 0
@@ -282,6 +285,9 @@ def test_growing_storage_patches_the_bound_claim_or_says_why_not(
             return str(c.get("message", "")) if c.get("reason") == "ExpansionUnsupported" else ""
 
         message = wait_until(degraded, "Degraded/ExpansionUnsupported")
+        # the node keeps the capacity of the volume it has: no budgets past its disk
+        config = yaml.safe_load(get(kube, "configmap", "plateau-m-config")["data"]["node.yaml"])
+        assert config["storage"]["capacity_bytes"] == GiB
         # the StatefulSet keeps the claim template it was made with; nothing failed on it
         sts = get(kube, "statefulset", "plateau-g")
         template = sts["spec"]["volumeClaimTemplates"][0]["spec"]
