@@ -405,3 +405,43 @@ def disk_budget(data_dir: Path, wanted: int) -> tuple[int, int]:
     budget = max(256 * MiB, min(wanted, int(free * 0.5)))
     capacity = max(budget * 2, int(free * 0.8))
     return budget, capacity
+
+
+def append_round_robin(
+    url: str, topic: str, bodies: list[bytes], requests: int, partitions: int, clients: int
+) -> float:
+    """Append ``requests`` bodies, request ``k`` to partition ``k % partitions`` with body
+    ``k % len(bodies)``, from ``clients`` threads; 429s are retried. Returns the seconds taken."""
+    counter = iter(range(requests))
+    lock = threading.Lock()
+    errors: list[str] = []
+
+    def writer() -> None:
+        with httpx.Client(base_url=url, timeout=60.0) as c:
+            while True:
+                with lock:
+                    k = next(counter, None)
+                if k is None or errors:
+                    return
+                while True:
+                    r = c.post(
+                        f"/topic/{topic}/partition/{k % partitions}",
+                        content=bodies[k % len(bodies)],
+                        headers={"content-type": ARROW_FILE},
+                    )
+                    if r.status_code != 429:
+                        break
+                    time.sleep(0.05)
+                if r.status_code != 200:
+                    errors.append(f"append: {r.status_code} {r.text[:300]}")
+                    return
+
+    started = time.perf_counter()
+    threads = [threading.Thread(target=writer, daemon=True) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise RuntimeError(errors[0])
+    return time.perf_counter() - started

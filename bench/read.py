@@ -46,6 +46,7 @@ from common import (
     GiB,
     MiB,
     RssSampler,
+    append_round_robin,
     cleanup,
     create_topic,
     disk_budget,
@@ -193,10 +194,10 @@ def read_partition(
             stats.rows += rows
             stats.body_bytes += len(r.body)
             stats.pages += 1
-            span = json.loads(r.header(STATUS_HEADER) or "{}").get("span")
-            if not span or rows == 0:
+            span_end = r.header("x-span-end")  # the status header holds the status alone
+            if span_end is None or rows == 0:
                 break
-            pos = int(span["end"])
+            pos = int(span_end)
     finally:
         reader.close()
     return True
@@ -239,39 +240,7 @@ def fill(url: str, rows: int, partitions: int, compressible: bool, clients: int)
     batch = 10_000
     bodies = make_bodies(32, batch, compressible)  # partition p cycles through 8 of them
     requests = -(-rows // batch)
-    counter = iter(range(requests))
-    lock = threading.Lock()
-    errors: list[str] = []
-
-    def writer() -> None:
-        with httpx.Client(base_url=url, timeout=60.0) as c:
-            while True:
-                with lock:
-                    k = next(counter, None)
-                if k is None or errors:
-                    return
-                while True:
-                    r = c.post(
-                        f"/topic/{TOPIC}/partition/{k % partitions}",
-                        content=bodies[k % len(bodies)],
-                        headers={"content-type": ARROW_FILE},
-                    )
-                    if r.status_code != 429:
-                        break
-                    time.sleep(0.05)
-                if r.status_code != 200:
-                    errors.append(f"append: {r.status_code} {r.text[:300]}")
-                    return
-
-    started = time.perf_counter()
-    threads = [threading.Thread(target=writer, daemon=True) for _ in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise RuntimeError(errors[0])
-    elapsed = time.perf_counter() - started
+    elapsed = append_round_robin(url, TOPIC, bodies, requests, partitions, clients)
     return requests * batch / elapsed
 
 

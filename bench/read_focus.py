@@ -18,20 +18,18 @@ from __future__ import annotations
 
 import random
 import statistics
-import threading
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import httpx
 import pyarrow as pa
 import pyarrow.compute as pc
 
 from common import (
-    ARROW_FILE,
     NODE_START_S,
     NODE_STOP_S,
     GiB,
+    append_round_robin,
     arrow_file_body,
     cleanup,
     create_topic,
@@ -81,32 +79,7 @@ def wide_table(rows: int, seed: int, start_ms: int, kind: str = "mixed") -> pa.T
 
 def fill(url: str, rows: int, partitions: int, kind: str) -> None:
     bodies = [arrow_file_body(wide_table(BATCH, seed, seed * BATCH, kind)) for seed in range(8)]
-    requests = iter(range(-(-rows // BATCH)))
-    lock = threading.Lock()
-
-    def writer() -> None:
-        with httpx.Client(base_url=url, timeout=60.0) as client:
-            while True:
-                with lock:
-                    n = next(requests, None)
-                if n is None:
-                    return
-                while True:
-                    r = client.post(
-                        f"/topic/{TOPIC}/partition/{n % partitions}",
-                        content=bodies[n % len(bodies)],
-                        headers={"content-type": ARROW_FILE},
-                    )
-                    if r.status_code != 429:
-                        break
-                if r.status_code != 200:
-                    raise RuntimeError(f"append: {r.status_code} {r.text[:300]}")
-
-    threads = [threading.Thread(target=writer) for _ in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    append_round_robin(url, TOPIC, bodies, -(-rows // BATCH), partitions, clients=4)
 
 
 def run(
