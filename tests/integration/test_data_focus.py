@@ -27,25 +27,31 @@ ROWS = 6  # per append; 4 appends of which the first ones are sealed (max_rows 8
 @pytest.fixture(scope="module")
 def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
     proc = NodeProcess(Path(tmp_path_factory.mktemp("focus")) / "data").start()
-    with proc.client() as client:
-        for fmt in ("parquet", "arrow"):
-            topic = f"logs-{fmt}"
-            config = {"partitions": 1, "segment": {"format": fmt, "max_rows": 8}}
-            assert client.put(f"/admin/topics/{topic}", json=config).status_code in (200, 201)
-            for _ in range(4):
-                reply = append_retrying(client, topic, "0", inference_logs())
-                assert reply.status_code == 200, reply.text
+    try:  # a failed setup stops the node too (a fixture's teardown runs only after its yield)
+        with proc.client() as client:
+            for fmt in ("parquet", "arrow"):
+                fill(client, f"logs-{fmt}", fmt)
+        yield proc
+    finally:
+        proc.stop()
 
-            def sealed(t: str = topic) -> bool:
-                usage = client.get(f"/admin/topics/{t}").json()["usage"]["partitions"]["0"]
-                return bool(usage["segments"] >= 2)
 
-            deadline = time.monotonic() + 30
-            while not sealed() and time.monotonic() < deadline:
-                time.sleep(0.1)
-            assert sealed(), "two segments sealed, the last rows still in the open one"
-    yield proc
-    proc.stop()
+def fill(client: httpx.Client, topic: str, fmt: str) -> None:
+    """Four appends into a topic sealing every 8 rows: sealed segments and an open one."""
+    config = {"partitions": 1, "segment": {"format": fmt, "max_rows": 8}}
+    assert client.put(f"/admin/topics/{topic}", json=config).status_code in (200, 201)
+    for _ in range(4):
+        reply = append_retrying(client, topic, "0", inference_logs())
+        assert reply.status_code == 200, reply.text
+
+    def sealed() -> bool:
+        usage = client.get(f"/admin/topics/{topic}").json()["usage"]["partitions"]["0"]
+        return bool(usage["segments"] >= 2)
+
+    deadline = time.monotonic() + 30
+    while not sealed() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert sealed(), "two segments sealed, the last rows still in the open one"
 
 
 def source() -> pa.Table:
