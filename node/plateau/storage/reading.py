@@ -21,7 +21,7 @@ from plateau.storage.errors import InvalidInput
 from plateau.storage.focus import DataFocus
 from plateau.storage.manifest import SegmentRow
 from plateau.storage.partition import PartitionView
-from plateau.storage.reader_cache import ReaderCache
+from plateau.storage.reader_cache import ColumnsOf, ReaderCache
 from plateau.storage.sealed_reader import SegmentReader
 from plateau.storage.segment import OpenSegment
 from plateau.storage.types import (
@@ -113,12 +113,8 @@ def _identity(rows: int) -> pa.Array:
     return pa.array(range(rows), pa.int32())
 
 
-def _columns(
-    focus: DataFocus | None, schema: pa.Schema, time_range: TimeRange | None
-) -> Columns | None:
+def _columns(focus: DataFocus, time_range: TimeRange | None, schema: pa.Schema) -> Columns | None:
     """The columns to read for ``focus`` (None: all), with ``time`` when a time range needs it."""
-    if focus is None:
-        return None
     columns = focus.columns(schema)
     if columns is None or time_range is None or "time" in columns or "time" not in schema.names:
         return columns
@@ -131,7 +127,7 @@ def _sources(
     data_dir: Path,
     cache: ReaderCache,
     start: int = 0,
-    focus: DataFocus | None = None,
+    columns_of: ColumnsOf | None = None,
 ) -> Iterator[_Source]:
     """The runs holding rows at or after ``start``, oldest first.
 
@@ -143,7 +139,7 @@ def _sources(
     rows = view.sealed[first:]
     for i, row in enumerate(rows):
         after = rows[i + 1] if i + 1 < len(rows) else None
-        yield _sealed_source(row, data_dir, cache, after, focus)
+        yield _sealed_source(row, data_dir, cache, after, columns_of)
     for seg, visible in view.pending:
         if visible > 0 and seg.first_index + visible > start:
             yield _pending_source(seg, visible)
@@ -166,13 +162,13 @@ def _sealed_source(
     data_dir: Path,
     cache: ReaderCache,
     after: SegmentRow | None = None,
-    focus: DataFocus | None = None,
+    columns_of: ColumnsOf | None = None,
 ) -> _Source:
+    """``columns_of``: what a read takes of a segment, so the next one is decoded the same."""
     reader = cache.get(row.id, data_dir / row.path, row.format)
     times = (row.min_time_ms, row.max_time_ms)
     then = None
     if after is not None:
-        columns_of = focus.columns if focus is not None else None
         then = functools.partial(
             cache.prefetch, after.id, data_dir / after.path, after.format, columns_of
         )
@@ -207,7 +203,9 @@ def read_range(
     nbytes = 0
     status = RecordStatus.ALL
     first_pos = pos
-    for src in _sources(view, data_dir, cache, pos, focus):
+    # one rule for the columns read and the columns decoded ahead of the read
+    columns_of = None if focus is None else functools.partial(_columns, focus, time_range)
+    for src in _sources(view, data_dir, cache, pos, columns_of):
         if rows >= limit:
             status = RecordStatus.RECORD_LIMITED
             break
@@ -220,7 +218,7 @@ def read_range(
         if schema is not None and not src.schema.equals(schema):
             status = RecordStatus.SCHEMA_CHANGE
             break
-        columns = _columns(focus, src.schema, time_range)
+        columns = columns_of(src.schema) if columns_of is not None else None
         while pos < src.end and rows < limit and (max_bytes is None or nbytes < max_bytes):
             chunk = min(src.end - pos, limit - rows if time_range is None else max(limit, 1024))
             table = src.read(pos, chunk, columns)

@@ -192,8 +192,7 @@ class SegmentReader:
         are read, only those Arrow fields decoded) and cached apart from the
         whole chunk.
         """
-        if columns is not None and columns == tuple(self.schema.names):
-            columns = None
+        columns = self._projection(columns)
         end = min(offset + count, self.rows)
         if end <= offset:
             empty = self.schema.empty_table()
@@ -205,10 +204,15 @@ class SegmentReader:
         table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
         return table.slice(offset - self._starts[first], end - offset)
 
+    def _projection(self, columns: Columns | None) -> Columns | None:
+        """None for every column, so a read of all of them shares the whole chunk's entry."""
+        return None if columns == tuple(self.schema.names) else columns
+
     def decode_ahead(self, chunk: int, columns: Columns | None = None) -> None:
         """Have ``chunk`` decoded in the background unless it is cached or on its way."""
         if self._decoder is None or not 0 <= chunk < self.chunks or self._closed:
             return
+        columns = self._projection(columns)
         ident = _ident(chunk, columns)
         if (self._key, ident) in self._cache:
             return
