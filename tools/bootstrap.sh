@@ -18,5 +18,6 @@ export UV="$UV_HOME/bin/uv"
 export UV_CACHE_DIR="$PLATEAU_CACHE/uv-cache"
 export UV_PYTHON_DOWNLOADS=never
 export UV_PYTHON="${UV_PYTHON:-python3.11}"
-(cd "$ROOT" && "$UV" sync --frozen --quiet)
+# The spark extra too: the Spark tests run PySpark (the node image installs no extras).
+(cd "$ROOT" && "$UV" sync --frozen --quiet --extra spark)
 export PATH="$ROOT/.venv/bin:$PATH"
