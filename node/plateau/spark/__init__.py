@@ -1,0 +1,43 @@
+"""Spark readers for plateau's data: ``spark.read``/``readStream.format("plateau")``.
+
+Install with the ``spark`` extra (``pip install plateau-k8s[spark]``). Two ways in:
+
+- ``register(spark)`` then ``spark.read.format("plateau")`` (batch) or
+  ``spark.readStream.format("plateau")`` (streaming): a Python data source that
+  reads a node's data directory (``path``, typically its volume mounted
+  read-only) or a node's HTTP API (``url``);
+- ``read_topic(spark, path=..., topic=...)``: a batch DataFrame of a ``parquet``
+  topic built on Spark's own Parquet reader, for full scans (column pruning and
+  predicate pushdown happen in the JVM; a Python data source moves every
+  declared column through Python).
+
+The option parsing, the volume's listing and the segment reading import no
+PySpark, so they are tested and reused without a JVM.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import DataFrame, SparkSession
+
+__all__ = ["read_topic", "register"]
+
+
+def register(spark: SparkSession) -> None:
+    """Make ``format("plateau")`` known to ``spark`` (batch and streaming)."""
+    from plateau.spark.source import PlateauDataSource
+
+    spark.dataSource.register(PlateauDataSource)
+
+
+def read_topic(spark: SparkSession, **options: Any) -> DataFrame:
+    """A ``parquet`` topic on a data directory as a DataFrame read by Spark's Parquet reader.
+
+    Takes the options of ``format("plateau")`` as keyword arguments (``path``,
+    ``topic``, ``partitions``, ``startingOffsets``, ...); see ``plateau.spark.parquet``.
+    """
+    from plateau.spark.parquet import read_topic as read
+
+    return read(spark, options)

@@ -1,0 +1,100 @@
+"""``format("plateau")``: the Python data source Spark calls, batch and streaming.
+
+Spark runs ``PlateauDataSource`` and the readers' planning methods in a
+Python process on the driver and ``read`` in Python workers on executors, so
+everything a reader holds is a plain, picklable value (parsed options, the
+Arrow schema to yield, slices). Options are checked in ``__init__``, which
+Spark runs at ``load()``: a bad option fails there, naming it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceReader,
+    DataSourceStreamReader,
+    InputPartition,
+)
+from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.types import StructType
+
+from plateau.spark.merge import declared
+from plateau.spark.modes import open_listing, read_slice
+from plateau.spark.options import OptionError, SourceOptions, parse
+from plateau.spark.plan import Slice, batch_ranges, chosen, plan
+
+
+class SliceInput(InputPartition):
+    """One slice (``None``: nothing to read; Spark wants at least one partition)."""
+
+    def __init__(self, piece: Slice | None) -> None:
+        super().__init__(piece)
+        self.piece = piece
+
+
+def arrow_target(schema: StructType) -> pa.Schema:
+    """Spark's own Arrow form of the declared schema: batches must match it exactly."""
+    return to_arrow_schema(schema, timezone="UTC")
+
+
+def read_input(
+    partition: InputPartition, options: SourceOptions, target: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    piece = partition.piece if isinstance(partition, SliceInput) else None
+    if piece is None:
+        return iter(())
+    return read_slice(piece, options, target)
+
+
+def inputs(pieces: Sequence[Slice]) -> list[InputPartition]:
+    return [SliceInput(p) for p in pieces] or [SliceInput(None)]
+
+
+class PlateauDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "plateau"
+
+    def __init__(self, options: dict[str, str]) -> None:
+        super().__init__(options)
+        self.parsed = parse(options)
+
+    def schema(self) -> StructType:
+        listing = open_listing(self.parsed)
+        spans = chosen(listing.spans(), self.parsed)
+        data = listing.schema(sorted(spans))
+        try:
+            arrow = declared(data, self.parsed.columns)
+        except KeyError as e:
+            names = [f.name for f in declared(data, None)]
+            raise OptionError(
+                f"option 'columns': topic {self.parsed.topic!r} has no column {e.args[0]!r} "
+                f"(it has {names})"
+            ) from None
+        return from_arrow_schema(arrow, prefer_timestamp_ntz=True)
+
+    def reader(self, schema: StructType) -> DataSourceReader:
+        return PlateauReader(self.parsed, schema)
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        from plateau.spark.stream import PlateauStreamReader
+
+        return PlateauStreamReader(self.parsed, schema)
+
+
+class PlateauReader(DataSourceReader):
+    """A batch read: the ranges are fixed by the listing ``partitions()`` takes."""
+
+    def __init__(self, options: SourceOptions, schema: StructType) -> None:
+        self.options = options
+        self.target = arrow_target(schema)
+
+    def partitions(self) -> Sequence[InputPartition]:
+        listing = open_listing(self.options)
+        return inputs(plan(listing, batch_ranges(listing, self.options), self.options))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_input(partition, self.options, self.target)

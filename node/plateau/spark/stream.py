@@ -1,0 +1,99 @@
+"""``readStream.format("plateau")``: micro-batches between per-partition offsets.
+
+An offset is ``{partition: next index}``. Spark writes a micro-batch's end
+offset to its checkpoint before running it and runs ``partitions(start,
+end)`` again after a restart; indexes never change meaning, so the re-run
+reads exactly the same records: nothing twice, nothing skipped. Records
+deleted by retention before their micro-batch ran are the only exception,
+reported by ``failOnDataLoss``.
+
+``path`` mode sees sealed segments only (the snapshot's ``end``); ``url``
+mode sees every acknowledged record.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+
+import pyarrow as pa
+from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.types import StructType
+
+from plateau.spark.modes import open_listing
+from plateau.spark.options import OptionError, SourceOptions
+from plateau.spark.plan import chosen, lost_before, plan, resolve
+from plateau.spark.source import arrow_target, inputs, read_input
+from plateau.storage.types import Span
+
+
+def cap(start: dict[str, int], end: dict[str, int], limit: int) -> dict[str, int]:
+    """``end`` moved back so that at most ``limit`` records lie past ``start``, shared fairly."""
+    pending = {p: end[p] - start[p] for p in end if end[p] > start[p]}
+    if sum(pending.values()) <= limit:
+        return end
+    taken = dict.fromkeys(pending, 0)
+    remaining = limit
+    active = sorted(pending)
+    while remaining > 0 and active:
+        share = max(1, remaining // len(active))
+        for p in list(active):
+            take = min(share, pending[p] - taken[p], remaining)
+            taken[p] += take
+            remaining -= take
+            if taken[p] == pending[p]:
+                active.remove(p)
+            if remaining == 0:
+                break
+    return {p: start[p] + taken.get(p, 0) if p in pending else end[p] for p in end}
+
+
+class PlateauStreamReader(DataSourceStreamReader):
+    def __init__(self, options: SourceOptions, schema: StructType) -> None:
+        if options.ending != "latest" or options.ending_ms is not None:
+            raise OptionError(
+                "options 'endingOffsets' and 'endingTimestamp' are for batch reads; "
+                "a stream reads on as records arrive"
+            )
+        self.options = options
+        self.target = arrow_target(schema)
+
+    def _spans(self) -> dict[str, Span]:
+        return chosen(open_listing(self.options).spans(), self.options)
+
+    def initialOffset(self) -> dict[str, int]:
+        return {
+            p: resolve(self.options.starting, p, span, False, "startingOffsets")
+            for p, span in sorted(self._spans().items())
+        }
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        n = self.options.max_records_per_trigger
+        return ReadMaxRows(n) if n else ReadAllAvailable()
+
+    def latestOffset(self, start: dict[str, int], limit: ReadLimit) -> dict[str, int]:
+        spans = self._spans()
+        # a partition that appeared since the start is read from its first stored index
+        begin = {p: start.get(p, span.start) for p, span in spans.items()}
+        begin.update({p: i for p, i in start.items() if p not in spans})
+        end = {p: max(begin[p], spans[p].end) if p in spans else begin[p] for p in begin}
+        if isinstance(limit, ReadMaxRows):
+            end = cap(begin, end, limit.max_rows)
+        return dict(sorted(end.items()))
+
+    def partitions(self, start: dict[str, int], end: dict[str, int]) -> Sequence[InputPartition]:
+        listing = open_listing(self.options)
+        stored = listing.spans()
+        ranges: dict[str, Span] = {}
+        for p, stop in end.items():
+            held = stored.get(p, Span(stop, stop))
+            first = start.get(p, held.start)
+            if stop > first:
+                ranges[p] = lost_before(self.options, p, Span(first, stop), held)
+        return inputs(plan(listing, ranges, self.options))
+
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
+        return read_input(partition, self.options, self.target)
+
+    def commit(self, end: dict[str, int]) -> None:
+        """Nothing to do: the node keeps no reader state; retention alone frees data."""
