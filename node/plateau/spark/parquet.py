@@ -1,0 +1,111 @@
+"""``read_topic``: a ``parquet`` topic as a DataFrame on Spark's own Parquet reader.
+
+Why next to ``format("plateau")``: PySpark's Python data source gives a reader
+no required columns, and every declared column crosses from Python into the
+JVM; a full scan through it reached about a seventh of ``spark.read.parquet``.
+Here the segment list still comes from ``snapshot.json`` (pruned by index and
+time bounds), but Spark reads the files itself, with column pruning and
+row-group skipping on the ``time`` filter. The meta columns are derived in
+the JVM: ``_index`` is the file's first index (in its name) plus Parquet's
+row index, ``_partition`` is the file's directory.
+
+A file named by the snapshot and deleted by retention before Spark opens it
+fails the query with Spark's own "file not found" (``failOnDataLoss=true``)
+or is skipped (``false``, Spark's ``ignoreMissingFiles``); the Python data
+source reports such a loss with the partition and the indexes instead.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import Column, DataFrame, SparkSession
+from pyspark.sql import functions as F
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from plateau.spark.merge import INDEX, META, PARTITION, TIME, TIME_COLUMN, declared
+from plateau.spark.options import OptionError, parse
+from plateau.spark.plan import batch_ranges, chosen, plan
+from plateau.spark.volume import VolumeListing
+
+FILE = F.col("_metadata.file_path")
+FIRST_INDEX = F.regexp_extract(FILE, r"/(\d+)-\d+\.parquet$", 1).cast("long")
+PARTITION_DIR = F.regexp_extract(FILE, r"/([^/]+)/\d+-\d+\.parquet$", 1)
+
+
+def read_topic(spark: SparkSession, raw: Mapping[str, Any]) -> DataFrame:
+    options = parse(raw)
+    if not options.path:
+        raise OptionError(
+            "read_topic reads a data directory: option 'path' is needed "
+            "(for a node's URL use spark.read.format('plateau'))"
+        )
+    listing = VolumeListing(options)
+    if listing.format != "parquet":
+        raise OptionError(
+            f"option 'topic': {options.topic!r} stores {listing.format} segments; read_topic "
+            f"reads parquet topics, use spark.read.format('plateau') for it"
+        )
+    ranges = batch_ranges(listing, options)
+    data = listing.schema(sorted(chosen(listing.spans(), options)))
+    try:
+        wanted = declared(data, options.columns)
+    except KeyError as e:
+        raise OptionError(
+            f"option 'columns': topic {options.topic!r} has no column {e.args[0]!r} "
+            f"(it has {declared(data, None).names})"
+        ) from None
+    everything = declared(data, None)
+    data_fields = pa.schema([f for f in everything if f.name not in META])
+    files = sorted({s.file for s in plan(listing, ranges, options) if s.file})
+    if not files:
+        return spark.createDataFrame([], from_arrow_schema(wanted, prefer_timestamp_ntz=True))
+    reader = spark.read.schema(from_arrow_schema(data_fields, prefer_timestamp_ntz=True))
+    if not options.fail_on_data_loss:
+        reader = reader.option("ignoreMissingFiles", "true")
+    df = reader.parquet(*files)
+    time_type = data_fields.field(TIME_COLUMN).type if TIME_COLUMN in data_fields.names else None
+    if time_type is not None:
+        df = _within_time(df, time_type, options.starting_ms, options.ending_ms)
+    df = df.withColumns(
+        {
+            PARTITION: PARTITION_DIR,
+            INDEX: FIRST_INDEX + F.col("_metadata.row_index"),
+            TIME: _as_timestamp(time_type),
+        }
+    )
+    bounds = [
+        (F.col(PARTITION) == p) & (F.col(INDEX) >= span.start) & (F.col(INDEX) < span.end)
+        for p, span in sorted(ranges.items())
+        if span.end > span.start
+    ]
+    condition = bounds[0]
+    for more in bounds[1:]:
+        condition = condition | more
+    return df.where(condition).select(*wanted.names)
+
+
+def _as_timestamp(time_type: pa.DataType | None) -> Column:
+    if time_type is None:
+        return F.lit(None).cast("timestamp")
+    if pa.types.is_timestamp(time_type):
+        return F.col(TIME_COLUMN).cast("timestamp")
+    return F.timestamp_millis(F.col(TIME_COLUMN))
+
+
+def _within_time(
+    df: DataFrame, time_type: pa.DataType, starting_ms: int | None, ending_ms: int | None
+) -> DataFrame:
+    """Filters on the stored ``time`` column itself, so that Parquet skips row groups."""
+
+    def literal(ms: int) -> Column:
+        return F.lit(ms) if not pa.types.is_timestamp(time_type) else F.timestamp_millis(F.lit(ms))
+
+    column = F.col(TIME_COLUMN)
+    if starting_ms is not None:
+        df = df.where(column >= literal(starting_ms))
+    if ending_ms is not None:
+        df = df.where(column < literal(ending_ms))
+    return df
