@@ -43,12 +43,15 @@ def read_topic(spark: SparkSession, raw: Mapping[str, Any]) -> DataFrame:
             "(for a node's URL use spark.read.format('plateau'))"
         )
     listing = VolumeListing(options)
-    if listing.format != "parquet":
-        raise OptionError(
-            f"option 'topic': {options.topic!r} stores {listing.format} segments; read_topic "
-            f"reads parquet topics, use spark.read.format('plateau') for it"
-        )
     ranges = batch_ranges(listing, options)
+    pieces = plan(listing, ranges, options)
+    formats = {s.format for s in pieces} | {listing.format}
+    if formats != {"parquet"}:
+        other = sorted(formats - {"parquet"})[0]
+        raise OptionError(
+            f"option 'topic': {options.topic!r} stores {other} segments; read_topic "
+            f"reads parquet segments only, use spark.read.format('plateau') for it"
+        )
     data = listing.schema(sorted(chosen(listing.spans(), options)))
     try:
         wanted = declared(data, options.columns)
@@ -59,7 +62,7 @@ def read_topic(spark: SparkSession, raw: Mapping[str, Any]) -> DataFrame:
         ) from None
     everything = declared(data, None)
     data_fields = pa.schema([f for f in everything if f.name not in META])
-    files = sorted({s.file for s in plan(listing, ranges, options) if s.file})
+    files = sorted({s.file for s in pieces if s.file})
     if not files:
         return spark.createDataFrame([], from_arrow_schema(wanted, prefer_timestamp_ntz=True))
     reader = spark.read.schema(from_arrow_schema(data_fields, prefer_timestamp_ntz=True))

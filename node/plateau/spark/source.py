@@ -61,6 +61,8 @@ class PlateauDataSource(DataSource):
     def __init__(self, options: dict[str, str]) -> None:
         super().__init__(options)
         self.parsed = parse(options)
+        # the offsets against the topic as it is now: a bad one fails load(), not a task
+        batch_ranges(open_listing(self.parsed), self.parsed)
 
     def schema(self) -> StructType:
         listing = open_listing(self.parsed)

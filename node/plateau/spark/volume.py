@@ -69,8 +69,9 @@ class VolumeListing:
             )
         self.generation = int(doc.get("generation", 0))
         topic = topics[options.topic]
-        self.format = str((topic.get("config") or {}).get("format", "parquet"))
         self._partitions: dict[str, dict[str, Any]] = topic.get("partitions") or {}
+        segment_config = (topic.get("config") or {}).get("segment") or {}
+        self.format = str(segment_config.get("format", "parquet"))
 
     def spans(self) -> dict[str, Span]:
         return {

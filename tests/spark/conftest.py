@@ -1,0 +1,69 @@
+"""Real PySpark (``local[2]``, a real JVM) for the Spark reader's tests.
+
+One SparkSession per test process (PySpark allows one JVM gateway per
+process), started on first use and stopped at the end. Java and PySpark are
+installed by ``tools/run-tests``; with ``CI=true`` a missing one fails.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.nodeproc import NodeProcess
+
+IN_CI = os.environ.get("CI") == "true"
+
+
+def spark_conf() -> dict[str, str]:
+    return {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.driver.memory": "1g",
+        "spark.sql.session.timeZone": "UTC",
+        # loopback only: tests send no traffic off this machine
+        "spark.driver.host": "127.0.0.1",
+        "spark.driver.bindAddress": "127.0.0.1",
+    }
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[object]:
+    why = None
+    if shutil.which("java") is None:
+        why = "no java on PATH (tools/run-tests installs openjdk-17-jre-headless)"
+    try:
+        from pyspark.sql import SparkSession
+    except ImportError:
+        why = "pyspark is not installed (the spark extra: uv sync --extra spark)"
+    if why:
+        if IN_CI:
+            pytest.fail(f"CI=true never skips: {why}")
+        pytest.skip(why)
+    # Python workers must run this interpreter (it has plateau and pyarrow)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    builder = SparkSession.builder.master("local[2]").appName("plateau-tests")
+    for key, value in spark_conf().items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    import plateau.spark
+
+    plateau.spark.register(session)
+    yield session
+    session.stop()
+
+
+@pytest.fixture
+def node(tmp_path: Path) -> Iterator[NodeProcess]:
+    proc = NodeProcess(tmp_path / "data").start()
+    yield proc
+    proc.stop()
