@@ -45,7 +45,7 @@ def read_topic(spark: SparkSession, raw: Mapping[str, Any]) -> DataFrame:
     listing = VolumeListing(options)
     ranges = batch_ranges(listing, options)
     pieces = plan(listing, ranges, options)
-    formats = {s.format for s in pieces} | {listing.format}
+    formats = {s.format or "" for s in pieces} | {listing.format}
     if formats != {"parquet"}:
         other = sorted(formats - {"parquet"})[0]
         raise OptionError(
