@@ -13,7 +13,10 @@ unlinked meanwhile (the open descriptor / mapping keeps it).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import mmap
+import os
+from collections.abc import Iterator, Sequence
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
@@ -25,23 +28,34 @@ from plateau.spark.plan import Slice, report_loss
 from plateau.storage.types import Span
 
 
-def read_file_slice(
-    piece: Slice, options: SourceOptions, target: pa.Schema
-) -> Iterator[pa.RecordBatch]:
-    assert piece.file is not None
+def map_file(path: str) -> pa.Buffer | None:
+    """The whole file memory-mapped (None: gone); the mapping outlives an unlink."""
     try:
-        if piece.format == "parquet":
-            source = pq.ParquetFile(piece.file, memory_map=True)
-        else:
-            mapped = pa.memory_map(piece.file)
+        with Path(path).open("rb") as f:
+            if os.fstat(f.fileno()).st_size == 0:
+                return pa.py_buffer(b"")
+            return pa.py_buffer(mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ))
     except FileNotFoundError:
-        report_loss(options, piece.partition, Span(piece.start, piece.end))
-        return
-    if piece.format == "parquet":
-        yield from _parquet(source, piece, options, target)
-    else:
-        with mapped:
-            yield from _arrow(mapped, piece, options, target)
+        return None
+
+
+def read_file_slices(
+    pieces: Sequence[Slice], options: SourceOptions, target: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """A task's slices; every file is mapped before the first is read.
+
+    Why all first: retention deletes the oldest segments, which a task reads
+    first; mapping them all at the start leaves only the time between the
+    plan and the task's start for a deletion to take records from it.
+    """
+    mapped = [(piece, map_file(piece.file or "")) for piece in pieces]
+    for piece, buffer in mapped:
+        if buffer is None:
+            report_loss(options, piece.partition, Span(piece.start, piece.end))
+        elif piece.format == "parquet":
+            yield from _parquet(pq.ParquetFile(pa.BufferReader(buffer)), piece, options, target)
+        else:
+            yield from _arrow(buffer, piece, options, target)
 
 
 def _bounded(options: SourceOptions) -> bool:
@@ -102,7 +116,7 @@ def _parquet(
 
 
 def _arrow(
-    mapped: pa.MemoryMappedFile, piece: Slice, options: SourceOptions, target: pa.Schema
+    mapped: pa.Buffer, piece: Slice, options: SourceOptions, target: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
     schema = pa.ipc.open_file(mapped).schema
     columns = file_columns(target, schema, _bounded(options))

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
-from plateau.spark.files import read_file_slice
+from plateau.spark.files import read_file_slices
 from plateau.spark.options import SourceOptions
 from plateau.spark.plan import Listing, Slice
 from plateau.spark.remote import RemoteListing, read_remote_slice
@@ -17,7 +17,13 @@ def open_listing(options: SourceOptions) -> Listing:
     return VolumeListing(options) if options.path else RemoteListing(options)
 
 
-def read_slice(piece: Slice, options: SourceOptions, target: pa.Schema) -> Iterator[pa.RecordBatch]:
-    if piece.file is not None:
-        return read_file_slice(piece, options, target)
-    return read_remote_slice(piece, options, target)
+def read_task(
+    pieces: Sequence[Slice], options: SourceOptions, target: pa.Schema
+) -> Iterator[pa.RecordBatch]:
+    """One Spark task's slices, in order (a task is all files or all url ranges)."""
+    files = [p for p in pieces if p.file is not None]
+    if files:
+        yield from read_file_slices(files, options, target)
+    for piece in pieces:
+        if piece.file is None:
+            yield from read_remote_slice(piece, options, target)

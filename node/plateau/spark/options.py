@@ -22,8 +22,9 @@ from plateau.storage.names import NAME_PATTERN
 
 EARLIEST = -2  # Kafka's: a partition's first index still stored
 LATEST = -1  # Kafka's: a partition's end (the next index to be appended)
-DEFAULT_URL_PAGE_ROWS = 65_536
+DEFAULT_URL_PAGE_ROWS = 10_000  # the node's largest page_size
 DEFAULT_URL_SPLIT_ROWS = 4_000_000
+DEFAULT_BYTES_PER_TASK = 128 * 1024 * 1024  # as Spark's spark.sql.files.maxPartitionBytes
 
 OffsetSpec = Literal["earliest", "latest"] | dict[str, int]
 
@@ -67,6 +68,7 @@ class SourceOptions:
     dataset_exclude: tuple[str, ...] = ()
     url_page_rows: int = DEFAULT_URL_PAGE_ROWS
     url_split_rows: int = DEFAULT_URL_SPLIT_ROWS
+    bytes_per_task: int = DEFAULT_BYTES_PER_TASK
 
     def keeps_time(self, time_ms: int) -> bool:
         if self.starting_ms is not None and time_ms < self.starting_ms:
@@ -89,8 +91,9 @@ KNOWN = {
     "columns": "the columns to read, comma-separated or a JSON list",
     "dataset": "url mode: the node's data focus, paths to keep",
     "dataset.exclude": "url mode: the node's data focus, paths to drop",
-    "url.pagerows": f"url mode: rows per HTTP page (default {DEFAULT_URL_PAGE_ROWS})",
+    "url.pagerows": f"url mode: rows per HTTP page (default and most {DEFAULT_URL_PAGE_ROWS})",
     "url.splitrows": f"url mode: indexes per Spark task (default {DEFAULT_URL_SPLIT_ROWS})",
+    "bytespertask": f"path mode: segment bytes per Spark task (default {DEFAULT_BYTES_PER_TASK})",
 }
 
 
@@ -148,8 +151,10 @@ def parse(options: Mapping[str, Any]) -> SourceOptions:
         columns=_names(opts, "columns"),
         dataset=dataset,
         dataset_exclude=exclude,
-        url_page_rows=_positive(opts, "url.pagerows", "url.pageRows") or DEFAULT_URL_PAGE_ROWS,
+        url_page_rows=_positive(opts, "url.pagerows", "url.pageRows", DEFAULT_URL_PAGE_ROWS)
+        or DEFAULT_URL_PAGE_ROWS,
         url_split_rows=_positive(opts, "url.splitrows", "url.splitRows") or DEFAULT_URL_SPLIT_ROWS,
+        bytes_per_task=_positive(opts, "bytespertask", "bytesPerTask") or DEFAULT_BYTES_PER_TASK,
     )
 
 
@@ -267,7 +272,7 @@ def _timestamp(opts: dict[str, Any], key: str, label: str) -> int | None:
     return int(moment.timestamp() * 1000)
 
 
-def _positive(opts: dict[str, Any], key: str, label: str) -> int | None:
+def _positive(opts: dict[str, Any], key: str, label: str, most: int | None = None) -> int | None:
     value = _text(opts, key)
     if value is None:
         return None
@@ -279,6 +284,8 @@ def _positive(opts: dict[str, Any], key: str, label: str) -> int | None:
         ) from None
     if number <= 0:
         raise OptionError(f"option {label!r}: a positive integer is needed, got {number}")
+    if most is not None and number > most:
+        raise OptionError(f"option {label!r}: at most {most}, got {number}")
     return number
 
 

@@ -41,6 +41,7 @@ class Slice:
     file: str | None = None
     format: str | None = None
     first_index: int = 0  # of the file: row ``i`` of it is index ``first_index + i``
+    bytes: int = 0  # on disk, estimated from the segment's size (0: unknown)
 
 
 class Listing(Protocol):
@@ -144,4 +145,28 @@ def plan(listing: Listing, ranges: dict[str, Span], options: SourceOptions) -> l
     for partition, span in sorted(ranges.items()):
         if span.end > span.start:
             out.extend(listing.slices(partition, span, options))
+    return out
+
+
+def tasks(pieces: Sequence[Slice], bytes_per_task: int) -> list[tuple[Slice, ...]]:
+    """Consecutive slices grouped into Spark tasks of about ``bytes_per_task`` on disk.
+
+    Why: a Spark task costs tens of milliseconds however little it reads, so
+    one task per small segment (a topic that seals on age) made a read of a
+    few MB take seconds. Slices of unknown size (url mode) stay one per task.
+    """
+    out: list[tuple[Slice, ...]] = []
+    group: list[Slice] = []
+    size = 0
+    for piece in pieces:
+        if group and (not piece.bytes or size + piece.bytes > bytes_per_task):
+            out.append(tuple(group))
+            group, size = [], 0
+        group.append(piece)
+        size += piece.bytes
+        if not piece.bytes:
+            out.append(tuple(group))
+            group, size = [], 0
+    if group:
+        out.append(tuple(group))
     return out

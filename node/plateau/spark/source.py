@@ -22,17 +22,17 @@ from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
 from plateau.spark.merge import declared
-from plateau.spark.modes import open_listing, read_slice
+from plateau.spark.modes import open_listing, read_task
 from plateau.spark.options import OptionError, SourceOptions, parse
-from plateau.spark.plan import Slice, batch_ranges, chosen, plan
+from plateau.spark.plan import Slice, batch_ranges, chosen, plan, tasks
 
 
 class SliceInput(InputPartition):
-    """One slice (``None``: nothing to read; Spark wants at least one partition)."""
+    """One Spark task's slices (none: nothing to read; Spark wants at least one task)."""
 
-    def __init__(self, piece: Slice | None) -> None:
-        super().__init__(piece)
-        self.piece = piece
+    def __init__(self, pieces: tuple[Slice, ...]) -> None:
+        super().__init__(pieces)
+        self.pieces = pieces
 
 
 def arrow_target(schema: StructType) -> pa.Schema:
@@ -43,14 +43,12 @@ def arrow_target(schema: StructType) -> pa.Schema:
 def read_input(
     partition: InputPartition, options: SourceOptions, target: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
-    piece = partition.piece if isinstance(partition, SliceInput) else None
-    if piece is None:
-        return iter(())
-    return read_slice(piece, options, target)
+    assert isinstance(partition, SliceInput)
+    return read_task(partition.pieces, options, target)
 
 
-def inputs(pieces: Sequence[Slice]) -> list[InputPartition]:
-    return [SliceInput(p) for p in pieces] or [SliceInput(None)]
+def inputs(pieces: Sequence[Slice], options: SourceOptions) -> list[InputPartition]:
+    return [SliceInput(t) for t in tasks(pieces, options.bytes_per_task)] or [SliceInput(())]
 
 
 class PlateauDataSource(DataSource):
@@ -96,7 +94,9 @@ class PlateauReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         listing = open_listing(self.options)
-        return inputs(plan(listing, batch_ranges(listing, self.options), self.options))
+        return inputs(
+            plan(listing, batch_ranges(listing, self.options), self.options), self.options
+        )
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_input(partition, self.options, self.target)

@@ -17,7 +17,12 @@ from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows
+from pyspark.sql.streaming.datasource import (
+    ReadAllAvailable,
+    ReadLimit,
+    ReadMaxRows,
+    SupportsTriggerAvailableNow,
+)
 from pyspark.sql.types import StructType
 
 from plateau.spark.modes import open_listing
@@ -48,7 +53,16 @@ def cap(start: dict[str, int], end: dict[str, int], limit: int) -> dict[str, int
     return {p: start[p] + taken.get(p, 0) if p in pending else end[p] for p in end}
 
 
-class PlateauStreamReader(DataSourceStreamReader):
+class PlateauStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """Offsets from the listing; under ``Trigger.AvailableNow`` never past the ends at start.
+
+    Why the target: without it Spark asked for everything available in one
+    micro-batch, except after a restart that re-ran a journaled micro-batch,
+    when it stopped after that one (records still there were left for the next
+    run). With it, ``maxRecordsPerTrigger`` splits the drain into micro-batches
+    as with other triggers, and the query ends once the target is reached.
+    """
+
     def __init__(self, options: SourceOptions, schema: StructType) -> None:
         if options.ending != "latest" or options.ending_ms is not None:
             raise OptionError(
@@ -57,6 +71,7 @@ class PlateauStreamReader(DataSourceStreamReader):
             )
         self.options = options
         self.target = arrow_target(schema)
+        self._available_now: dict[str, int] | None = None
 
     def _spans(self) -> dict[str, Span]:
         return chosen(open_listing(self.options).spans(), self.options)
@@ -67,6 +82,9 @@ class PlateauStreamReader(DataSourceStreamReader):
             for p, span in sorted(self._spans().items())
         }
 
+    def prepareForTriggerAvailableNow(self) -> None:
+        self._available_now = {p: span.end for p, span in self._spans().items()}
+
     def getDefaultReadLimit(self) -> ReadLimit:
         n = self.options.max_records_per_trigger
         return ReadMaxRows(n) if n else ReadAllAvailable()
@@ -76,7 +94,10 @@ class PlateauStreamReader(DataSourceStreamReader):
         # a partition that appeared since the start is read from its first stored index
         begin = {p: start.get(p, span.start) for p, span in spans.items()}
         begin.update({p: i for p, i in start.items() if p not in spans})
-        end = {p: max(begin[p], spans[p].end) if p in spans else begin[p] for p in begin}
+        latest = {p: span.end for p, span in spans.items()}
+        if self._available_now is not None:  # nothing appended after the query started
+            latest = {p: min(e, self._available_now.get(p, 0)) for p, e in latest.items()}
+        end = {p: max(begin[p], latest.get(p, begin[p])) for p in begin}
         if isinstance(limit, ReadMaxRows):
             end = cap(begin, end, limit.max_rows)
         return dict(sorted(end.items()))
@@ -90,7 +111,7 @@ class PlateauStreamReader(DataSourceStreamReader):
             first = start.get(p, held.start)
             if stop > first:
                 ranges[p] = lost_before(self.options, p, Span(first, stop), held)
-        return inputs(plan(listing, ranges, self.options))
+        return inputs(plan(listing, ranges, self.options), self.options)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_input(partition, self.options, self.target)

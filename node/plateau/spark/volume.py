@@ -113,14 +113,16 @@ class VolumeListing:
                 continue
             if options.ending_ms is not None and int(seg["min_time_ms"]) >= options.ending_ms:
                 continue
+            start, stop = max(first, span.start), min(end, span.end)
             out.append(
                 Slice(
                     partition=partition,
-                    start=max(first, span.start),
-                    end=min(end, span.end),
+                    start=start,
+                    end=stop,
                     file=str(self.root / seg["path"]),
                     format=str(seg["format"]),
                     first_index=first,
+                    bytes=max(1, int(seg["bytes"]) * (stop - start) // max(1, end - first)),
                 )
             )
         return out
