@@ -20,6 +20,7 @@ from tests.spark.topics import STEP_MS, T0_MS, expected_time, fill, rows, value,
 
 PARTS = ["0", "1", "2"]
 SEALED, OPEN = 400, 50  # per partition: 4 sealed segments of 100 rows, 50 rows unsealed
+BIG = 140_000
 
 
 @pytest.fixture(scope="module")
@@ -41,6 +42,11 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
             client.append("clash", "0", pa.table({"v": pa.array(range(10), pa.int64())}))
             client.append("clash", "0", pa.table({"v": pa.array([{"a": 1}] * 10)}))
             client.append("clash", "0", pa.table({"v": pa.array([{"a": 1}] * 10)}))
+            # one segment of three Parquet row groups (65536 rows each), to skip by time
+            client.put_topic("big", partitions=1, segment_max_rows=BIG)
+            client.append("big", "0", rows("0", 0, BIG))
+            client.append("big", "0", rows("0", BIG, BIG + 1))
+            wait_sealed(proc.data_dir, "big", {"0": BIG})
             wait_sealed(proc.data_dir, "grows", {"0": 200})
             wait_sealed(proc.data_dir, "clash", {"0": 20})
         yield proc
@@ -218,3 +224,13 @@ def test_bad_options_fail_at_load(
     reader = spark.read.format("plateau").options(**opts)
     with pytest.raises(Exception, match=message):
         reader.load()
+
+
+def test_row_groups_skipped_by_time_keep_their_indexes(spark: Any, node: NodeProcess) -> None:
+    """Rows after a skipped row group keep their true ``_index`` in both readers."""
+    opts = {"path": str(node.data_dir), "topic": "big", "columns": "_index,v"}
+    start = {"startingTimestamp": str(T0_MS + 100_000 * STEP_MS)}
+    for df in (plateau.spark.read_topic(spark, **opts, **start), load(spark, **opts, **start)):
+        got = df.collect()
+        assert sorted(r["_index"] for r in got) == list(range(100_000, BIG))
+        assert all(r["v"] == value("0", r["_index"]) for r in got)
