@@ -234,3 +234,30 @@ def test_row_groups_skipped_by_time_keep_their_indexes(spark: Any, node: NodePro
         got = df.collect()
         assert sorted(r["_index"] for r in got) == list(range(100_000, BIG))
         assert all(r["v"] == value("0", r["_index"]) for r in got)
+
+
+@pytest.mark.parametrize(("fmt", "mode"), MODES)
+def test_where_on_meta_columns_prunes_the_read(
+    spark: Any, node: NodeProcess, fmt: str, mode: str
+) -> None:
+    src = {"topic": f"t-{fmt}", "bytesPerTask": "1", "url.splitRows": "100", **source(node, mode)}
+    df = load(spark, **src)
+    everything = df.rdd.getNumPartitions()
+    assert everything == 12 if mode == "path" else 15  # a task per segment / 100 indexes
+    since = expected_time(120).replace(tzinfo=None)  # the session's zone is UTC
+    narrowed = df.where(
+        (df["_partition"] == "1") & (df["_index"] >= 100) & (df["_index"] < 150)
+        & (df["_time"] >= since)
+    )  # fmt: skip
+    assert narrowed.rdd.getNumPartitions() == 1, "one segment's slice of one partition"
+    got = keyed(narrowed)
+    assert set(got) == expect({"1": (120, 150)})
+    assert all(row["v"] == value(p, i) for (p, i), row in got.items())
+    assert keyed(
+        df.where(df["_partition"].isin("0", "2") & (df["time"] < T0_MS + 3 * STEP_MS))
+    ) == {
+        k: v
+        for k, v in keyed(
+            load(spark, **src, partitions="0,2", endingTimestamp=str(T0_MS + 3 * STEP_MS))
+        ).items()
+    }

@@ -69,6 +69,10 @@ class SourceOptions:
     url_page_rows: int = DEFAULT_URL_PAGE_ROWS
     url_split_rows: int = DEFAULT_URL_SPLIT_ROWS
     bytes_per_task: int = DEFAULT_BYTES_PER_TASK
+    # narrowed by filters Spark pushed down (``pushdown``), never by the user directly
+    only_partitions: frozenset[str] | None = None
+    index_from: int | None = None
+    index_until: int | None = None  # exclusive
 
     def keeps_time(self, time_ms: int) -> bool:
         if self.starting_ms is not None and time_ms < self.starting_ms:

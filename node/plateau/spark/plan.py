@@ -63,6 +63,8 @@ class Listing(Protocol):
 def chosen(spans: dict[str, Span], options: SourceOptions) -> dict[str, Span]:
     """The partitions the options select, with an explicit list checked for existence."""
     picked = {p: s for p, s in spans.items() if options.partitions.admits(p)}
+    if options.only_partitions is not None:  # a pushed-down filter: no existence check
+        picked = {p: s for p, s in picked.items() if p in options.only_partitions}
     names = options.partitions.names
     if names is not None:
         missing = [p for p in names if p not in spans]
@@ -115,6 +117,10 @@ def batch_ranges(listing: Listing, options: SourceOptions) -> dict[str, Span]:
             raise OptionError(
                 f"partition {p!r}: endingOffsets {end} is before startingOffsets {start}"
             )
+        if options.index_from is not None:  # pushed-down _index bounds narrow every partition
+            start = min(max(start, options.index_from), end)
+        if options.index_until is not None:
+            end = max(min(end, options.index_until), start)
         out[p] = lost_before(options, p, Span(start, end), stored)
     return out
 

@@ -9,13 +9,14 @@ Spark runs at ``load()``: a bad option fails there, naming it.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 
 import pyarrow as pa
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceReader,
     DataSourceStreamReader,
+    Filter,
     InputPartition,
 )
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
@@ -25,6 +26,7 @@ from plateau.spark.merge import declared
 from plateau.spark.modes import open_listing, read_task
 from plateau.spark.options import OptionError, SourceOptions, parse
 from plateau.spark.plan import Slice, batch_ranges, chosen, plan, tasks
+from plateau.spark.pushdown import all_back, narrow
 
 
 class SliceInput(InputPartition):
@@ -91,6 +93,11 @@ class PlateauReader(DataSourceReader):
     def __init__(self, options: SourceOptions, schema: StructType) -> None:
         self.options = options
         self.target = arrow_target(schema)
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        """Prune by ``_partition``/``_index``/``_time`` filters (see ``pushdown``)."""
+        self.options = narrow(self.options, filters)
+        return all_back(filters)
 
     def partitions(self) -> Sequence[InputPartition]:
         listing = open_listing(self.options)
