@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
+import yaml
 from pydantic import ValidationError
 
 if TYPE_CHECKING:
@@ -413,6 +414,54 @@ def topic_delete(
     with connect(ctx) as client:
         client.delete_topic(topic)
     typer.echo(f"deleted topic {topic}", err=True)
+
+
+@app.command("spark-conf")
+def spark_conf(
+    node: Annotated[str, typer.Option(help="The PlateauNode (or StatefulSet) to read.")],
+    namespace: Annotated[str, typer.Option(help="Its namespace.")],
+    mount_path: Annotated[
+        str, typer.Option(help="Where Spark's pods see the volume (the reader's 'path').")
+    ] = "/plateau/data",
+    fmt: Annotated[
+        str,
+        typer.Option(
+            "--format",
+            help="conf (spark-submit --conf lines), properties or "
+            "sparkapplication (Kubeflow spark-operator fragment).",
+        ),
+    ] = "conf",
+    pod_template_out: Annotated[
+        Path | None,
+        typer.Option(
+            help="Where to write the pod template with the node "
+            "affinity (conf, properties); default ./plateau-NODE-pod-template.yaml."
+        ),
+    ] = None,
+    kubeconfig: Annotated[str | None, typer.Option(envvar="KUBECONFIG")] = None,
+    context: Annotated[str | None, typer.Option(help="The kubeconfig context.")] = None,
+) -> None:
+    """Print the Spark-on-Kubernetes settings that mount a node's volume read-only."""
+    from plateau.spark import kubeconf
+
+    if fmt not in kubeconf.FORMATS:
+        fail(f"--format must be one of {', '.join(kubeconf.FORMATS)}, not {fmt!r}")
+    try:
+        place = kubeconf.fetch(node, namespace, kubeconfig, context)
+        template = None
+        if fmt != "sparkapplication" and place.needs_affinity:
+            target = pod_template_out or Path(f"plateau-{node}-pod-template.yaml")
+            target.write_text(yaml.safe_dump(kubeconf.pod_template(place), sort_keys=False))
+            template = str(target.resolve())
+        text = kubeconf.render(place, fmt, mount_path, template)
+    except kubeconf.SparkConfError as exc:
+        fail(str(exc))
+    except OSError as exc:
+        fail(f"cannot write the pod template: {exc}")
+    if fmt == "conf":
+        for line in kubeconf.comments(place, mount_path):
+            typer.echo(f"# {line}", err=True)
+    typer.echo(text, nl=False)
 
 
 def main() -> None:

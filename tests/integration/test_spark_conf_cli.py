@@ -1,0 +1,163 @@
+"""``plateau spark-conf`` against a real kube-apiserver: a PlateauNode the operator would
+have made, a StatefulSet deployed without it, and the errors a user meets."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.kubeapi import KubeApi
+
+NS = "spark-conf"
+
+
+def cli(kube: KubeApi, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    cmd = [sys.executable, "-c", "from plateau.cli import main; main()", "spark-conf",
+           "--kubeconfig", str(kube.kubeconfig), *args]  # fmt: skip
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, timeout=60, check=False)
+
+
+def claim(name: str, modes: list[str]) -> dict[str, object]:
+    return {
+        "apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"accessModes": modes, "resources": {"requests": {"storage": "1Gi"}}},
+    }  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def objects(kube: KubeApi) -> KubeApi:
+    kube.apply({"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    # no controller manager here: the service account pods are admitted with, by hand
+    sa = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": "default", "namespace": NS},
+    }
+    kube.apply(sa)
+    kube.apply({
+        "apiVersion": "plateau.dev/v1alpha1", "kind": "PlateauNode",
+        "metadata": {"name": "a", "namespace": NS}, "spec": {"storage": {"size": "1Gi"}},
+    })  # fmt: skip
+    kube.kubectl("patch", "-n", NS, "plateaunode/a", "--subresource=status", "--type=merge",
+                 "-p", '{"status": {"hostNode": "worker-7"}}')  # fmt: skip
+    kube.apply(claim("data-plateau-a-0", ["ReadWriteOnce"]))
+    # a node deployed by hand: a StatefulSet "hand" with claim template "vol", and its pod
+    sts = {
+        "apiVersion": "apps/v1", "kind": "StatefulSet",
+        "metadata": {"name": "hand", "namespace": NS},
+        "spec": {
+            "serviceName": "hand", "replicas": 1,
+            "selector": {"matchLabels": {"app": "hand"}},
+            "template": {"metadata": {"labels": {"app": "hand"}},
+                         "spec": {"containers": [{"name": "n", "image": "plateau"}]}},
+            "volumeClaimTemplates": [{"metadata": {"name": "vol"}, "spec": {
+                "accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "1Gi"}}}}],
+        },
+    }  # fmt: skip
+    kube.apply(sts)
+    kube.apply(claim("vol-hand-0", ["ReadWriteMany"]))
+    return kube
+
+
+def test_conf_for_a_plateau_node(objects: KubeApi, tmp_path: Path) -> None:
+    out = cli(objects, "--node", "a", "--namespace", NS, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    conf = dict(line.removeprefix("--conf ").split("=", 1) for line in out.stdout.splitlines())
+    template = tmp_path / "plateau-a-pod-template.yaml"
+    for role in ("driver", "executor"):
+        prefix = f"spark.kubernetes.{role}.volumes.persistentVolumeClaim.plateau-data"
+        assert conf[f"{prefix}.options.claimName"] == "data-plateau-a-0"
+        assert conf[f"{prefix}.mount.path"] == "/plateau/data"
+        assert conf[f"{prefix}.mount.readOnly"] == "true"
+        assert conf[f"spark.kubernetes.{role}.podTemplateFile"] == str(template)
+    assert conf["spark.kubernetes.namespace"] == NS
+    assert "worker-7" in out.stderr and '"path", "/plateau/data"' in out.stderr
+    pod = yaml.safe_load(template.read_text())
+    terms = pod["spec"]["affinity"]["nodeAffinity"][
+        "requiredDuringSchedulingIgnoredDuringExecution"
+    ]
+    assert terms["nodeSelectorTerms"][0]["matchFields"][0]["values"] == ["worker-7"]
+    # the API server itself accepts the template's affinity (strict field validation)
+    full = copy.deepcopy(pod)
+    full["metadata"] = {"name": "spark-template-check", "namespace": NS}
+    full["spec"]["containers"] = [{"name": "spark", "image": "spark"}]
+    objects.kubectl(
+        "create", "--dry-run=server", "--validate=strict", "-f", "-", stdin=yaml.safe_dump(full)
+    )
+
+
+def test_properties_and_sparkapplication(objects: KubeApi, tmp_path: Path) -> None:
+    out = cli(objects, "--node", "a", "--namespace", NS, "--format", "properties",
+              "--mount-path", "/mnt/p", "--pod-template-out", str(tmp_path / "t.yaml"),
+              cwd=tmp_path)  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    props = dict(
+        line.split("=", 1) for line in out.stdout.splitlines() if line and not line.startswith("#")
+    )
+    assert (
+        props["spark.kubernetes.executor.volumes.persistentVolumeClaim.plateau-data.mount.path"]
+        == "/mnt/p"
+    )
+    assert props["spark.kubernetes.driver.podTemplateFile"] == str(tmp_path / "t.yaml")
+    out = cli(
+        objects, "--node", "a", "--namespace", NS, "--format", "sparkapplication", cwd=tmp_path
+    )
+    assert out.returncode == 0, out.stderr
+    spec = yaml.safe_load(out.stdout)["spec"]
+    assert spec["volumes"] == [
+        {
+            "name": "plateau-data",
+            "persistentVolumeClaim": {"claimName": "data-plateau-a-0", "readOnly": True},
+        }
+    ]
+    for role in ("driver", "executor"):
+        assert spec[role]["volumeMounts"] == [
+            {"name": "plateau-data", "mountPath": "/plateau/data", "readOnly": True}
+        ]
+        assert "worker-7" in str(spec[role]["affinity"])
+
+
+def test_statefulset_without_operator_and_a_shared_volume(objects: KubeApi, tmp_path: Path) -> None:
+    out = cli(objects, "--node", "hand", "--namespace", NS, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert "options.claimName=vol-hand-0" in out.stdout
+    assert "podTemplateFile" not in out.stdout  # ReadWriteMany: any Kubernetes node
+    assert "no affinity needed" in out.stderr
+    assert not list(tmp_path.glob("*.yaml"))
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--node", "nope", "--namespace", NS], "no PlateauNode or StatefulSet named 'nope'"),
+        (["--node", "a", "--namespace", NS, "--format", "json"], "--format must be one of"),
+        (["--node", "a"], "Missing option '--namespace'"),
+    ],
+)
+def test_errors_exit_2_and_write_nothing(
+    objects: KubeApi, tmp_path: Path, args: list[str], message: str
+) -> None:
+    out = cli(objects, *args, cwd=tmp_path)
+    assert out.returncode == 2
+    assert message in out.stderr and out.stderr.startswith("error:")
+    assert out.stdout == "" and not list(tmp_path.iterdir())
+
+
+def test_unreachable_api_server(tmp_path: Path) -> None:
+    config = tmp_path / "kubeconfig"
+    config.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "x",
+        "clusters": [{"name": "x", "cluster": {"server": "https://127.0.0.1:9"}}],
+        "contexts": [{"name": "x", "context": {"cluster": "x", "user": "x"}}],
+        "users": [{"name": "x", "user": {"token": "t"}}],
+    }))  # fmt: skip
+    cmd = [sys.executable, "-c", "from plateau.cli import main; main()", "spark-conf",
+           "--node", "a", "--namespace", NS, "--kubeconfig", str(config)]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
+    assert out.returncode == 2 and "cannot reach the API server" in out.stderr, out.stderr
