@@ -27,8 +27,6 @@ def spark_conf() -> dict[str, str]:
         "spark.sql.shuffle.partitions": "2",
         "spark.driver.memory": "1g",
         "spark.sql.session.timeZone": "UTC",
-        # where() on _partition/_index/_time reaches the reader (plateau.spark.pushdown)
-        "spark.sql.python.filterPushdown.enabled": "true",
         # loopback only: tests send no traffic off this machine
         "spark.driver.host": "127.0.0.1",
         "spark.driver.bindAddress": "127.0.0.1",

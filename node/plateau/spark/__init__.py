@@ -26,9 +26,16 @@ __all__ = ["read_topic", "register"]
 
 
 def register(spark: SparkSession) -> None:
-    """Make ``format("plateau")`` known to ``spark`` (batch and streaming)."""
+    """Make ``format("plateau")`` known to ``spark`` (batch and streaming).
+
+    Also turns on ``spark.sql.python.filterPushdown.enabled``: the reader takes
+    pushed filters (``plateau.spark.pushdown``), and PySpark refuses a reader
+    that implements ``pushFilters`` while that setting is off. Readers that do
+    not implement it are unaffected (they keep every filter).
+    """
     from plateau.spark.source import PlateauDataSource
 
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
     spark.dataSource.register(PlateauDataSource)
 
 

@@ -1,0 +1,132 @@
+"""The Spark job image on the project's cluster: spark-submit in cluster mode runs
+examples/spark_job.py in a driver pod and an executor pod of localhost/plateau-spark,
+reading a plateau node's volume mounted read-only with the settings of
+``plateau spark-conf`` (claim, readOnly, affinity to the volume's host)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.e2e.kube import IN_CI, ROOT, Kube, pod
+from tests.e2e.test_plateau_node import _statefulset
+
+SPARK_IMAGE = os.environ.get("PLATEAU_SPARK_IMAGE", "localhost/plateau-spark:dev")
+FILL = """
+import sys
+import pyarrow as pa
+from plateau.client import PlateauClient
+with PlateauClient(sys.argv[1]) as c:
+    c.put_topic("t", partitions=2, segment_max_rows=100)
+    for p in ("0", "1"):
+        for start in range(0, 501, 100):  # the last append seals [400, 500)
+            n = min(100, 501 - start)
+            c.append("t", p, pa.table({"v": list(range(start, start + n))}))
+print("filled")
+"""
+
+
+@pytest.fixture(scope="module")
+def spark_image(local_cluster: Path | None) -> str:
+    """Build the Spark job image and load it into the local cluster (kind: load it yourself)."""
+    if local_cluster is None:
+        return SPARK_IMAGE
+    build = subprocess.run([str(ROOT / "images" / "build"), "--spark", "--name", SPARK_IMAGE],
+                           capture_output=True, text=True, check=False)  # fmt: skip
+    assert build.returncode == 0, build.stderr[-3000:]
+    archive = build.stdout.strip().splitlines()[-1]
+    load = subprocess.run([str(ROOT / "tools" / "cluster"), "load-image", archive],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert load.returncode == 0, load.stderr[-3000:]
+    return SPARK_IMAGE
+
+
+def spark_rbac(ns: Kube) -> None:
+    """What Spark's driver needs: create and watch its executor pods and their service."""
+    ns.apply([
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "spark"}},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+         "metadata": {"name": "spark"},
+         "rules": [{"apiGroups": [""], "resources": ["pods", "services", "configmaps",
+                                                     "persistentvolumeclaims"],
+                    "verbs": ["create", "get", "list", "watch", "delete", "deletecollection",
+                              "patch", "update"]}]},
+        {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+         "metadata": {"name": "spark"},
+         "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "spark"},
+         "subjects": [{"kind": "ServiceAccount", "name": "spark", "namespace": ns.namespace}]},
+    ])  # fmt: skip
+
+
+def api_server(kubeconfig: str) -> str:
+    config: dict[str, Any] = yaml.safe_load(Path(kubeconfig).read_text())
+    context = next(c for c in config["contexts"] if c["name"] == config["current-context"])
+    cluster = next(c for c in config["clusters"] if c["name"] == context["context"]["cluster"])
+    return str(cluster["cluster"]["server"])
+
+
+@pytest.fixture
+def filled(ns: Kube) -> Iterator[Kube]:
+    ns.apply(_statefulset())
+    ns.wait_for("the node pod", lambda: ns.exists("pod", "plateau-0"), 120)
+    ns.wait_ready("pod/plateau-0", 180)
+    url = f"http://plateau.{ns.namespace}.svc.cluster.local:3030"
+    ns.apply(pod("fill", ["python", "-c", FILL, url]))
+    assert ns.wait_pod_done("fill") == "Succeeded", ns.logs("fill")
+    yield ns
+
+
+def test_spark_job_in_cluster_mode_reads_the_node_volume(
+    filled: Kube, spark_image: str, kubeconfig: str, tmp_path: Path
+) -> None:
+    ns = filled
+    spark_rbac(ns)
+    conf = subprocess.run(
+        [sys.executable, "-c", "from plateau.cli import main; main()", "spark-conf",
+         "--node", "plateau", "--namespace", ns.namespace, "--kubeconfig", kubeconfig,
+         "--pod-template-out", str(tmp_path / "template.yaml")],
+        capture_output=True, text=True, check=False,
+    )  # fmt: skip
+    assert conf.returncode == 0, conf.stderr
+    host = ns.get("pod", "plateau-0")["spec"]["nodeName"]
+    assert host in (tmp_path / "template.yaml").read_text()
+    submit = [
+        str(Path(sys.executable).parent / "spark-submit"),
+        "--master", f"k8s://{api_server(kubeconfig)}", "--deploy-mode", "cluster",
+        "--name", "plateau-e2e",
+        "--conf", f"spark.kubernetes.container.image={spark_image}",
+        "--conf", "spark.kubernetes.container.image.pullPolicy=Never",
+        "--conf", "spark.kubernetes.authenticate.driver.serviceAccountName=spark",
+        "--conf", "spark.kubernetes.driver.pod.name=plateau-e2e-driver",
+        "--conf", "spark.executor.instances=1",
+        "--conf", "spark.kubernetes.driver.request.cores=0.1",
+        "--conf", "spark.kubernetes.executor.request.cores=0.1",
+        "--conf", "spark.driver.memory=512m", "--conf", "spark.executor.memory=512m",
+        "--conf", "spark.kubernetes.submission.waitAppCompletion=true",
+        *conf.stdout.split(),
+        "local:///opt/plateau/examples/spark_job.py",
+        "--path", "/plateau/data", "--topic", "t", "--column", "v",
+    ]  # fmt: skip
+    env = {**os.environ, "KUBECONFIG": kubeconfig}
+    out = subprocess.run(submit, capture_output=True, text=True, env=env, timeout=900, check=False)
+    driver = "plateau-e2e-driver"
+    logs = ns.logs(driver) if ns.exists("pod", driver) else ""
+    assert ns.pod_phase(driver) == "Succeeded", f"{out.stderr[-3000:]}\n--- driver\n{logs[-4000:]}"
+    report = json.loads(next(line for line in logs.splitlines() if line.startswith('{"topic"')))
+    assert report == {"topic": "t", "hours": 1, "rows": 1000}
+    pods = ns.get("pods", "-l", "spark-role=executor")["items"]
+    assert pods, "an executor pod ran"
+    for p in [ns.get("pod", driver), *pods]:
+        assert p["spec"]["nodeName"] == host
+        mounts = p["spec"]["containers"][0]["volumeMounts"]
+        assert any(m["mountPath"] == "/plateau/data" and m.get("readOnly") for m in mounts)
+    if IN_CI:
+        ns.run("delete", "pod", driver, "--wait=false", check=False)
