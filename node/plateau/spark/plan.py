@@ -42,6 +42,7 @@ class Slice:
     format: str | None = None
     first_index: int = 0  # of the file: row ``i`` of it is index ``first_index + i``
     bytes: int = 0  # on disk, estimated from the segment's size (0: unknown)
+    file_end: int = 0  # the file's end index (its first index plus its rows)
 
 
 class Listing(Protocol):

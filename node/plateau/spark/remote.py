@@ -21,8 +21,13 @@ import numpy as np
 import pyarrow as pa
 
 from plateau.client import DataFocus, PlateauClient
-from plateau.client.errors import ConnectionFailed, NotFoundError, PlateauClientError
-from plateau.spark.merge import TIME_COLUMN, conform, merge_schemas, within_time
+from plateau.client.errors import (
+    BadRequestError,
+    ConnectionFailed,
+    NotFoundError,
+    PlateauClientError,
+)
+from plateau.spark.merge import META, TIME_COLUMN, conform, merge_schemas, within_time
 from plateau.spark.options import OptionError, SourceOptions
 from plateau.spark.plan import Slice, report_loss
 from plateau.storage.types import Span
@@ -43,6 +48,14 @@ def focus(options: SourceOptions) -> DataFocus | None:
     if dataset and TIME_COLUMN not in dataset:
         dataset = (*dataset, TIME_COLUMN)
     return DataFocus(dataset=dataset, exclude=options.dataset_exclude)
+
+
+def projection(target: pa.Schema) -> DataFocus | None:
+    """The declared data columns (and ``time``) as a focus: the node sends only those."""
+    names = [n for n in target.names if n not in META]
+    if len(names) == len(target.names) - len(META) and all(n in target.names for n in META):
+        return None  # everything declared: nothing to leave out (the focus is not free)
+    return DataFocus(dataset=(*names, TIME_COLUMN) if TIME_COLUMN not in names else tuple(names))
 
 
 class RemoteListing:
@@ -94,14 +107,21 @@ class RemoteListing:
 def read_remote_slice(
     piece: Slice, options: SourceOptions, target: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
-    wanted = focus(options)
+    wanted = focus(options) or projection(target)
     position = piece.start
     with client(options) as c:
         while position < piece.end:
             limit = min(options.url_page_rows, piece.end - position)
-            table, span, _status = c.read(
-                options.topic, piece.partition, position, limit, focus=wanted
-            )
+            try:
+                table, span, _status = c.read(
+                    options.topic, piece.partition, position, limit, focus=wanted
+                )
+            except BadRequestError:
+                if wanted is None or wanted == focus(options):
+                    raise
+                # a declared column these rows lack (the schema grew later): read them whole
+                wanted = focus(options)
+                continue
             if span is None or span.end <= position:
                 report_loss(options, piece.partition, Span(position, piece.end))
                 return

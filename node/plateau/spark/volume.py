@@ -122,6 +122,7 @@ class VolumeListing:
                     file=str(self.root / seg["path"]),
                     format=str(seg["format"]),
                     first_index=first,
+                    file_end=end,
                     bytes=max(1, int(seg["bytes"]) * (stop - start) // max(1, end - first)),
                 )
             )
