@@ -29,7 +29,7 @@ from pyspark.sql.pandas.types import from_arrow_schema
 from plateau.spark.merge import INDEX, META, PARTITION, TIME, TIME_COLUMN, declared
 from plateau.spark.options import OptionError, parse
 from plateau.spark.plan import Slice, batch_ranges, chosen, plan
-from plateau.spark.volume import VolumeListing
+from plateau.spark.volume import VolumeListing, files_schema
 
 FILE = F.col("_metadata.file_path")
 FIRST_INDEX = F.regexp_extract(FILE, r"/(\d+)-\d+\.parquet$", 1).cast("long")
@@ -53,7 +53,9 @@ def read_topic(spark: SparkSession, raw: Mapping[str, Any]) -> DataFrame:
             f"option 'topic': {options.topic!r} stores {other} segments; read_topic "
             f"reads parquet segments only, use spark.read.format('plateau') for it"
         )
-    data = listing.schema(sorted(chosen(listing.spans(), options)))
+    # the files read tell the columns: a range read opens a few footers, not every one
+    read = [(s.file, s.format or "parquet") for s in pieces if s.file]
+    data = files_schema(read) if read else listing.schema(sorted(chosen(listing.spans(), options)))
     try:
         wanted = declared(data, options.columns)
     except KeyError as e:

@@ -54,6 +54,27 @@ def file_schema(path: str, fmt: str) -> pa.Schema:
         return pa.ipc.open_file(source).schema
 
 
+def files_schema(files: Sequence[tuple[str, str]]) -> pa.Schema:
+    """The merged schema of segment files (path, format), each distinct schema once."""
+    schemas: list[pa.Schema] = []
+    seen: set[str] = set()
+    for path, fmt in files:
+        try:
+            schema = file_schema(path, fmt)
+        except FileNotFoundError:
+            continue  # deleted by retention since the snapshot: the others tell
+        key = schema.to_string(show_schema_metadata=False)
+        if key not in seen:
+            seen.add(key)
+            schemas.append(schema)
+    if not schemas:
+        raise OptionError(
+            "the topic has no sealed segments on this volume yet, so its columns are "
+            "unknown; give them with .schema(...) or read through option 'url'"
+        )
+    return merge_schemas(schemas)
+
+
 class VolumeListing:
     """The topic as the snapshot read at construction describes it (one consistent view)."""
 
@@ -84,24 +105,12 @@ class VolumeListing:
         return list(self._partitions.get(partition, {}).get("segments") or [])
 
     def schema(self, partitions: Sequence[str]) -> pa.Schema:
-        schemas: list[pa.Schema] = []
-        seen: set[str] = set()
-        for p in partitions:
-            for seg in self.segments(p):
-                try:
-                    schema = file_schema(str(self.root / seg["path"]), seg["format"])
-                except FileNotFoundError:
-                    continue  # deleted by retention since the snapshot: the others tell
-                key = schema.to_string(show_schema_metadata=False)
-                if key not in seen:
-                    seen.add(key)
-                    schemas.append(schema)
-        if not schemas:
-            raise OptionError(
-                "the topic has no sealed segments on this volume yet, so its columns are "
-                "unknown; give them with .schema(...) or read through option 'url'"
-            )
-        return merge_schemas(schemas)
+        files = [
+            (str(self.root / seg["path"]), str(seg["format"]))
+            for p in partitions
+            for seg in self.segments(p)
+        ]
+        return files_schema(files)
 
     def slices(self, partition: str, span: Span, options: SourceOptions) -> list[Slice]:
         out: list[Slice] = []
