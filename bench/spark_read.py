@@ -52,7 +52,6 @@ from common import (
     log,
     make_data_dir,
     percentile,
-    system_busy_s,
 )
 from read import iterate_topic
 from tests.nodeproc import NodeProcess
@@ -217,7 +216,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
         lo_ms = T0_MS + rows // 2
         hi_ms = lo_ms + rows // 100
-        busy_before = system_busy_s()
         runs: dict[str, tuple[float, int, int]] = {}
 
         def measure(name: str, run: Callable[[], tuple[int, int]]) -> None:
@@ -273,7 +271,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                         time.perf_counter() + 300, {})  # fmt: skip
         iteration_s = time.perf_counter() - started
         log(f"node topic iteration: {stats.rows:,} rows in {iteration_s:.2f} s")
-        other_cores = (system_busy_s() - busy_before) / max(1e-9, sum(r[0] for r in runs.values()))
 
         sums = {name: r[2] for name, r in runs.items() if not name.startswith("range")}
         counts = {name: r[1] for name, r in runs.items() if not name.startswith("range")}
@@ -327,7 +324,6 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 "stream_url": stream["url"]["median_s"] <= 2.0,
                 "stream_path": stream["path"]["median_s"] <= 3.0,
             },
-            "other_cpu_cores": round(other_cores, 2),
         }
         emit(result)
         return result
