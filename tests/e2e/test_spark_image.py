@@ -111,6 +111,8 @@ def test_spark_job_in_cluster_mode_reads_the_node_volume(
         "--conf", "spark.kubernetes.executor.request.cores=0.1",
         "--conf", "spark.driver.memory=512m", "--conf", "spark.executor.memory=512m",
         "--conf", "spark.kubernetes.submission.waitAppCompletion=true",
+        # kept after the app ends, for the checks below (the namespace goes after the test)
+        "--conf", "spark.kubernetes.executor.deleteOnTermination=false",
         *conf.stdout.split(),
         "local:///opt/plateau/examples/spark_job.py",
         "--path", "/plateau/data", "--topic", "t", "--column", "v",
