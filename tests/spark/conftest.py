@@ -7,11 +7,13 @@ installed by ``tools/run-tests``; with ``CI=true`` a missing one fails.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -33,37 +35,44 @@ def spark_conf() -> dict[str, str]:
     }
 
 
+def start_session(cores: int, name: str) -> Any:
+    """A local Spark session with plateau registered; workers run this interpreter."""
+    from pyspark.sql import SparkSession
+
+    import plateau.spark
+
+    # Python workers must run this interpreter (it has plateau and pyarrow)
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    builder = SparkSession.builder.master(f"local[{cores}]").appName(name)
+    for key, value in spark_conf().items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    plateau.spark.register(session)
+    return session
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[object]:
     why = None
     if shutil.which("java") is None:
         why = "no java on PATH (tools/run-tests installs openjdk-17-jre-headless)"
-    try:
-        from pyspark.sql import SparkSession
-    except ImportError:
+    if importlib.util.find_spec("pyspark") is None:
         why = "pyspark is not installed (the spark extra: uv sync --extra spark)"
     if why:
         if IN_CI:
             pytest.fail(f"CI=true never skips: {why}")
         pytest.skip(why)
-    # Python workers must run this interpreter (it has plateau and pyarrow)
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    builder = SparkSession.builder.master("local[2]").appName("plateau-tests")
-    for key, value in spark_conf().items():
-        builder = builder.config(key, value)
-    session = builder.getOrCreate()
-    session.sparkContext.setLogLevel("ERROR")
-    import plateau.spark
-
-    plateau.spark.register(session)
+    session = start_session(2, "plateau-tests")
     yield session
     session.stop()
 
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[NodeProcess]:
+    """A node of its own for a test that writes while Spark reads."""
     proc = NodeProcess(tmp_path / "data").start()
     yield proc
     proc.stop()

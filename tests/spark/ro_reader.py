@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import errno
 import json
-import os
 import sys
 import time
 from collections.abc import Iterator
@@ -21,20 +20,12 @@ sys.path.insert(0, str(ROOT))
 import pyarrow as pa  # noqa: E402
 from pyspark.sql import SparkSession  # noqa: E402
 
-import plateau.spark  # noqa: E402
-from tests.spark.conftest import spark_conf  # noqa: E402
+from tests.spark.conftest import start_session  # noqa: E402
 from tests.spark.topics import value  # noqa: E402
 
 
 def session(cores: int) -> SparkSession:
-    os.environ["PYSPARK_PYTHON"] = sys.executable
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    builder = SparkSession.builder.master(f"local[{cores}]").appName("plateau-ro")
-    for key, val in spark_conf().items():
-        builder = builder.config(key, val)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    plateau.spark.register(spark)
+    spark: SparkSession = start_session(cores, "plateau-ro")
     return spark
 
 

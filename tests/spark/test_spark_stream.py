@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -58,13 +57,6 @@ class Appender:
     def __exit__(self, *exc: object) -> None:
         self.stop()
         self.client.close()
-
-
-@pytest.fixture
-def node(tmp_path: Path) -> Iterator[NodeProcess]:
-    proc = NodeProcess(tmp_path / "data").start()
-    yield proc
-    proc.stop()
 
 
 def start_query(spark: Any, options: dict[str, str], out: Path, trigger: dict[str, Any]) -> Any:
