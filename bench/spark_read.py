@@ -11,12 +11,17 @@ segment is sealed, then in one PySpark ``local[2]`` session (best of
 1. full scan (``count`` and ``sum(id)``) of the parquet topic: ``read_topic``,
    ``format("plateau")`` (all columns and ``columns=id,time``), and
    ``spark.read.parquet`` of the same segment files;
-2. a 1% time-range scan: ``read_topic`` against its own full scan, and
-   ``spark.read.parquet`` with the same filter;
+2. a 1% time-range scan: ``read_topic`` (the way docs/spark.md gives for
+   ``parquet`` topics) against its own full scan, ``format("plateau")``, and
+   ``spark.read.parquet`` with the same filter; beside it Spark's own cost of
+   the smallest query (``spark.range(10).count()``), which no range read
+   can go below;
 3. the arrow topic: ``format("plateau")`` with ``columns=id,time`` and with all
    columns, against ``spark.read.parquet`` of the parquet topic (same rows);
 4. url mode: ``format("plateau").option("url")`` of the parquet topic against
-   the node's own topic iteration (``bench/read.py``'s pass 1) in the same run;
+   the node's own topic iteration (``bench/read.py``'s pass 1) in the same run,
+   with the share of the machine's CPU busy during each (node, JVM and Python
+   workers share the cores here);
 5. streaming delay: an appender acks a small batch every 0.5 s for
    ``--stream-seconds``; the median and p90 delay from the ack to the record's
    micro-batch, in url mode and in path mode (segment max age 1 s).
@@ -52,6 +57,7 @@ from common import (
     log,
     make_data_dir,
     percentile,
+    system_busy_s,
 )
 from read import iterate_topic
 from tests.nodeproc import NodeProcess
@@ -170,8 +176,9 @@ def stream_delays(spark: Any, node: NodeProcess, mode: str, seconds: float) -> d
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    # 40M: a full scan takes seconds, so a 1% range is not hidden by a query's fixed cost
-    parser.add_argument("--rows", type=int, default=40_000_000)
+    # 100M: a 1% range costs Spark's fixed ~0.15 s per query plus ~0.05 s here; a full
+    # scan must take seconds (~4 s at 100M rows) before a 10x speedup can show
+    parser.add_argument("--rows", type=int, default=100_000_000)
     parser.add_argument("--repeat", type=int, default=2)
     parser.add_argument("--stream-seconds", type=float, default=20.0)
     parser.add_argument("--data-dir", type=Path)
@@ -217,15 +224,20 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         lo_ms = T0_MS + rows // 2
         hi_ms = lo_ms + rows // 100
         runs: dict[str, tuple[float, int, int]] = {}
+        busy: dict[str, float] = {}  # machine CPU busy, in cores, over a measure's runs
 
         def measure(name: str, run: Callable[[], tuple[int, int]]) -> None:
+            cpu, started = system_busy_s(), time.perf_counter()
             runs[name] = best(args.repeat, run)
+            busy[name] = (system_busy_s() - cpu) / (time.perf_counter() - started)
             seconds, n, _ = runs[name]
             log(f"{name}: {n:,} rows in {seconds:.2f} s = {n / seconds:,.0f} rows/s")
 
         # warm the JVM and the Python workers: the first query of a session pays for both
         scan(spark.read.parquet(*files))
         scan(plateau_fmt(path=path, topic="arrow", columns="id"))
+        floor_s, _, _ = best(max(args.repeat, 3), lambda: (spark.range(10).count(), 0))
+        log(f"Spark's smallest query: {floor_s:.3f} s")
         measure("spark_read_parquet", lambda: scan(spark.read.parquet(*files)))
         # docs/spark.md: name the columns (meta columns make Spark generate row indexes)
         measure(
@@ -266,10 +278,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             lambda: scan(plateau_fmt(url=node.url, topic="parquet", columns="id,time")),
         )
 
-        started = time.perf_counter()
+        cpu, started = system_busy_s(), time.perf_counter()
         stats, complete = iterate_topic("httpx", node.url, "parquet", 10_000,
                                         time.perf_counter() + 300, {})  # fmt: skip
         iteration_s = time.perf_counter() - started
+        busy["node_iteration"] = (system_busy_s() - cpu) / iteration_s
         log(f"node topic iteration: {stats.rows:,} rows in {iteration_s:.2f} s")
 
         sums = {name: r[2] for name, r in runs.items() if not name.startswith("range")}
@@ -292,10 +305,10 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "read_topic_all_columns_vs_parquet": rate("read_topic_all_columns") / native,
             "format_plateau_all_vs_parquet": rate("format_plateau_parquet_all") / native,
             "format_plateau_2col_vs_parquet": rate("format_plateau_parquet_2col") / native,
-            # a 1% range through the way docs/spark.md gives for small ranges (format) and
-            # through read_topic, each against read_topic's full scan (the way for those)
-            "range_speedup": runs["read_topic"][0] / runs["range_format_plateau"][0],
-            "range_speedup_read_topic": runs["read_topic"][0] / runs["range_read_topic"][0],
+            # a 1% range and a full scan, both through read_topic (docs/spark.md's way for
+            # parquet topics); and the same range through format("plateau")
+            "range_speedup": runs["read_topic"][0] / runs["range_read_topic"][0],
+            "range_speedup_format_plateau": runs["read_topic"][0] / runs["range_format_plateau"][0],
             "range_vs_spark_read_parquet": runs["range_spark_read_parquet"][0]
             / runs["range_read_topic"][0],
             "arrow_two_columns_vs_parquet": rate("arrow_2col") / native,
@@ -312,6 +325,11 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "seconds": {name: round(r[0], 3) for name, r in runs.items()},
             "node_iteration_rows_per_s": round(iteration_rate),
             "node_iteration_complete": complete,
+            "spark_smallest_query_s": round(floor_s, 3),
+            "cpu_busy_cores": {
+                k: round(busy[k], 2) for k in ("url_all", "url_2col", "node_iteration")
+            },
+            "cores": os.cpu_count(),
             "ratios": {k: round(v, 3) for k, v in ratios.items()},
             "stream": stream,
             "stream_path_target_s": 1.0 + 2.0,
