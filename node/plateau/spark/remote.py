@@ -21,6 +21,7 @@ import numpy as np
 import pyarrow as pa
 
 from plateau.client import DataFocus, PlateauClient
+from plateau.client.direct import DirectTransport
 from plateau.client.errors import (
     BadRequestError,
     ConnectionFailed,
@@ -36,8 +37,11 @@ TIMEOUT = 60.0
 
 
 def client(options: SourceOptions) -> PlateauClient:
+    """A client on ``DirectTransport``: a third of httpx's CPU per page (see there)."""
     assert options.url is not None
-    return PlateauClient(options.url, token=options.token, timeout=TIMEOUT)
+    return PlateauClient(
+        options.url, token=options.token, timeout=TIMEOUT, transport=DirectTransport()
+    )
 
 
 def focus(options: SourceOptions) -> DataFocus | None:
