@@ -241,6 +241,22 @@ def test_row_groups_skipped_by_time_keep_their_indexes(spark: Any, node: NodePro
         assert all(r["v"] == value("0", r["_index"]) for r in got)
 
 
+@pytest.mark.parametrize("fmt", ["parquet", "arrow"])
+def test_a_narrow_read_packs_more_segments_per_task(
+    spark: Any, node: NodeProcess, fmt: str
+) -> None:
+    """bytesPerTask counts the bytes a read moves: one of four columns packs ~4x the segments."""
+    doc = json.loads((node.data_dir / "snapshot.json").read_text())
+    parts = doc["topics"][f"t-{fmt}"]["partitions"]
+    smallest = min(seg["bytes"] for d in parts.values() for seg in d["segments"])
+    src = {"topic": f"t-{fmt}", "path": str(node.data_dir), "bytesPerTask": str(smallest)}
+    assert load(spark, **src).rdd.getNumPartitions() == 12, "all columns: a task per segment"
+    narrow = load(spark, **src, columns="v")
+    assert narrow.rdd.getNumPartitions() <= 4
+    got = sorted(r["v"] for r in narrow.collect())
+    assert got == sorted(value(p, i) for p in PARTS for i in range(SEALED))
+
+
 @pytest.mark.parametrize(("fmt", "mode"), MODES)
 def test_where_on_meta_columns_prunes_the_read(
     spark: Any, node: NodeProcess, fmt: str, mode: str

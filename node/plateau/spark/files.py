@@ -58,10 +58,6 @@ def read_file_slices(
             yield from _arrow(buffer, piece, options, target)
 
 
-def _bounded(options: SourceOptions) -> bool:
-    return options.starting_ms is not None or options.ending_ms is not None
-
-
 def _emit(
     table: pa.Table, first: int, piece: Slice, options: SourceOptions, target: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
@@ -95,7 +91,7 @@ def _parquet(
     source: pq.ParquetFile, piece: Slice, options: SourceOptions, target: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
     schema = source.schema_arrow
-    columns = file_columns(target, schema, _bounded(options))
+    columns = file_columns(target, schema, options.time_bounded)
     meta = source.metadata
     leaves = [meta.schema.column(i).path for i in range(meta.num_columns)]
     time_leaf = leaves.index(TIME_COLUMN) if TIME_COLUMN in leaves else None
@@ -105,7 +101,9 @@ def _parquet(
         end = first + group.num_rows
         overlaps = end > piece.start and first < piece.end
         in_time = (
-            time_leaf is None or not _bounded(options) or _group_in_time(group, time_leaf, options)
+            time_leaf is None
+            or not options.time_bounded
+            or _group_in_time(group, time_leaf, options)
         )
         if overlaps and in_time:
             table = source.read_row_group(g, columns=columns)
@@ -119,7 +117,7 @@ def _arrow(
     mapped: pa.Buffer, piece: Slice, options: SourceOptions, target: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
     schema = pa.ipc.open_file(mapped).schema
-    columns = file_columns(target, schema, _bounded(options))
+    columns = file_columns(target, schema, options.time_bounded)
     # an empty list would mean every field: a read of meta columns alone takes the first
     included = [schema.get_field_index(c) for c in columns] or [0]
     reader = pa.ipc.open_file(mapped, options=pa.ipc.IpcReadOptions(included_fields=included))

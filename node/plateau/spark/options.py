@@ -74,6 +74,10 @@ class SourceOptions:
     index_from: int | None = None
     index_until: int | None = None  # exclusive
 
+    @property
+    def time_bounded(self) -> bool:
+        return self.starting_ms is not None or self.ending_ms is not None
+
     def keeps_time(self, time_ms: int) -> bool:
         if self.starting_ms is not None and time_ms < self.starting_ms:
             return False

@@ -27,6 +27,7 @@ from plateau.spark.modes import open_listing, read_task
 from plateau.spark.options import OptionError, SourceOptions, parse
 from plateau.spark.plan import Slice, batch_ranges, chosen, plan, tasks
 from plateau.spark.pushdown import all_back, narrow
+from plateau.spark.sizing import read_share
 
 
 class SliceInput(InputPartition):
@@ -49,8 +50,12 @@ def read_input(
     return read_task(partition.pieces, options, target)
 
 
-def inputs(pieces: Sequence[Slice], options: SourceOptions) -> list[InputPartition]:
-    return [SliceInput(t) for t in tasks(pieces, options.bytes_per_task)] or [SliceInput(())]
+def inputs(
+    pieces: Sequence[Slice], options: SourceOptions, target: pa.Schema
+) -> list[InputPartition]:
+    """Spark tasks of about ``bytesPerTask`` moved: on disk, that over the read's share."""
+    budget = int(options.bytes_per_task / read_share(pieces, target, options.time_bounded))
+    return [SliceInput(t) for t in tasks(pieces, budget)] or [SliceInput(())]
 
 
 class PlateauDataSource(DataSource):
@@ -101,9 +106,8 @@ class PlateauReader(DataSourceReader):
 
     def partitions(self) -> Sequence[InputPartition]:
         listing = open_listing(self.options)
-        return inputs(
-            plan(listing, batch_ranges(listing, self.options), self.options), self.options
-        )
+        pieces = plan(listing, batch_ranges(listing, self.options), self.options)
+        return inputs(pieces, self.options, self.target)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_input(partition, self.options, self.target)

@@ -111,7 +111,7 @@ class PlateauStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             first = start.get(p, held.start)
             if stop > first:
                 ranges[p] = lost_before(self.options, p, Span(first, stop), held)
-        return inputs(plan(listing, ranges, self.options), self.options)
+        return inputs(plan(listing, ranges, self.options), self.options, self.target)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_input(partition, self.options, self.target)
