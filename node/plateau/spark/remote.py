@@ -15,7 +15,7 @@ partition and is gone by its end is missed: pin the columns with
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
@@ -28,6 +28,7 @@ from plateau.client.errors import (
     NotFoundError,
     PlateauClientError,
 )
+from plateau.spark.ahead import read_ahead
 from plateau.spark.merge import META, TIME_COLUMN, conform, merge_schemas, within_time
 from plateau.spark.options import OptionError, SourceOptions
 from plateau.spark.plan import Slice, report_loss
@@ -111,6 +112,15 @@ class RemoteListing:
 def read_remote_slice(
     piece: Slice, options: SourceOptions, target: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
+    """The slice's pages, each fetched while Spark takes the one before (``ahead``)."""
+    for table, first in read_ahead(_fetch(piece, options, target)):
+        yield from _page(table, first, piece, options, target)
+
+
+def _fetch(
+    piece: Slice, options: SourceOptions, target: pa.Schema
+) -> Generator[tuple[pa.Table, int], None, None]:
+    """Pages of ``[piece.start, piece.end)`` and each one's first index; gaps are data loss."""
     wanted = focus(options) or projection(target)
     position = piece.start
     with client(options) as c:
@@ -132,8 +142,7 @@ def read_remote_slice(
             if span.start > position:
                 report_loss(options, piece.partition, Span(position, min(span.start, piece.end)))
             keep = min(span.end, piece.end) - span.start
-            table = table.slice(0, keep)
-            yield from _page(table, span.start, piece, options, target)
+            yield table.slice(0, keep), span.start
             position = span.start + keep
 
 
