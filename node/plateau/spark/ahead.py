@@ -4,8 +4,8 @@ Why: a task's pages were sequential, so the node built page k+1 only after
 Spark had taken page k, and the node's time, the network's and Spark's
 added up per page. With the fetch on a thread they overlap: on one 2-core
 machine holding the node and Spark both, where little is idle to overlap,
-url mode read 1-8% faster (4.34-4.54 against 4.58-4.77M rows/s, interleaved
-pairs, 20M rows); across a network the transfer time is hidden as well.
+url mode read 1-8% faster (interleaved pairs, 9.5M rows, all columns); across
+a network the transfer time is hidden as well.
 
 Synchronization: one bounded queue between the fetching thread and the
 task's thread; no lock is held while fetching. The fetching thread owns the
