@@ -12,6 +12,7 @@ chunk's uncompressed size, an Arrow file's first record batch its buffers.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -24,8 +25,13 @@ META_BYTES = 8  # per row of a declared meta column (int64 / timestamp; a short 
 MIN_SHARE = 1 / 64  # a task never spans more than 64 budgets of files on disk
 
 
+@functools.lru_cache(maxsize=1024)
 def column_bytes(path: str, fmt: str) -> tuple[dict[str, int], int]:
-    """Uncompressed bytes of each top-level column over a sample of rows, and those rows."""
+    """Uncompressed bytes of each top-level column over a sample of rows, and those rows.
+
+    Cached by path: a sealed segment never changes, and a streaming query
+    plans every micro-batch (an Arrow file's first batch is decompressed here).
+    """
     if fmt == "parquet":
         meta = pq.read_metadata(path)
         if meta.num_row_groups == 0:
