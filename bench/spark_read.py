@@ -19,10 +19,9 @@ segment is sealed, then in one PySpark ``local[2]`` session (best of
 3. the arrow topic: ``format("plateau")`` with ``columns=id,time`` and with all
    columns, against ``spark.read.parquet`` of the parquet topic (same rows);
 4. url mode: ``format("plateau").option("url")`` of the parquet topic against
-   the node's own topic iteration (``bench/read.py``'s pass 1), in rounds (a
-   page cache too small for both topics favoured whichever ran last), with the
-   share of the machine's CPU busy during each (node, JVM and Python workers
-   share the cores here);
+   the node's own topic iteration (``bench/read.py``'s pass 1), in rounds so
+   that the order favours neither, with the share of the machine's CPU busy
+   during each (node, JVM and Python workers share the cores here);
 5. streaming delay: an appender acks a small batch every 0.5 s for
    ``--stream-seconds``; the median and p90 delay from the ack to the record's
    micro-batch, in url mode and in path mode (segment max age 1 s).
@@ -278,9 +277,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         measure("arrow_all", lambda: scan(plateau_fmt(path=path, topic="arrow")))
 
         # url mode and the node's own iteration read the same files through the node, so
-        # they run in rounds, best of each: at 100M rows the two topics exceed this
-        # machine's memory, and whichever came first after the arrow scans read the parquet
-        # topic from disk while the later ones found it in the page cache.
+        # they run in rounds, best of each: whichever ran first after the arrow scans would
+        # otherwise meet the colder node (its decode cache, the disk) alone.
         def iteration() -> tuple[int, int]:
             stats, complete = iterate_topic("httpx", node.url, "parquet", 10_000,
                                             time.perf_counter() + 300, {})  # fmt: skip
