@@ -1,10 +1,11 @@
 """``DirectTransport`` (Spark's url mode reads through it) against a real node on loopback.
 
-The client above the transport is the same, so what is checked here is
-that the transport hands it the same replies and the same failures as
-``httpx``'s own: pages, errors by status, a POST body, a node that cannot be
-reached or does not answer, a kept connection the node closed, and threads
-sharing one client.
+``PlateauClient`` on this transport sends without ``httpx.Client`` (its own
+query encoding, headers and JSON bodies), so what is checked here is that it
+gets the same replies and the same failures as on ``httpx``'s own transport:
+pages (with time bounds and a data focus in the query), errors by status,
+POST and PUT bodies, a node that cannot be reached or does not answer, a
+kept connection the node closed, and threads sharing one client.
 """
 
 from __future__ import annotations
@@ -27,14 +28,19 @@ from plateau.client import (
     RetryPolicy,
 )
 from plateau.client.direct import DirectTransport
+from plateau.storage.focus import DataFocus
 from tests.nodeproc import NodeProcess
 
 ROWS = 5_000
 KEEP_ALIVE_S = 5.0  # uvicorn's default: the node closes a connection idle this long
 
 
+T0_MS = 1_700_000_000_000
+
+
 def table(first: int, rows: int) -> pa.Table:
     return pa.table({"seq": pa.array(range(first, first + rows), pa.int64()),
+                     "time": pa.array(range(T0_MS + first, T0_MS + first + rows), pa.int64()),
                      "blob": [b"x" * (i % 300) for i in range(rows)]})  # fmt: skip
 
 
@@ -53,7 +59,18 @@ def test_same_pages_and_errors_as_httpx(node: NodeProcess, direct: PlateauClient
             assert (a.span, a.status) == (b.span, b.status)
             assert a.table.equals(b.table)
         assert direct.read("t", "0", 0, ROWS).table.column("seq").to_pylist() == list(range(ROWS))
+        # query values that need escaping: an RFC3339 offset ('+', ':') and a focus list
+        window = ("2023-11-14T22:13:21.000+00:00", T0_MS + 1_500)  # T0 +1 s to +1.5 s, inclusive
+        focus = DataFocus(dataset=("seq", "time"))
+        a = direct.read("t", "0", 0, 1_000, window[0], window[1], focus)
+        b = plain.read("t", "0", 0, 1_000, window[0], window[1], focus)
+        assert a.table.column_names == ["seq", "time"]
+        assert a.table.column("seq").to_pylist() == list(range(1_000, 1_501))
+        assert (a.span, a.status) == (b.span, b.status) and a.table.equals(b.table)
         assert direct.topic("t") == plain.topic("t")
+        direct.put_topic("made", partitions=2)  # a JSON body
+        assert plain.get_topic("made") == direct.get_topic("made")
+        assert sorted(direct.topic("made").partitions) == ["0", "1"]
     with pytest.raises(NotFoundError):
         direct.read("missing", "0", 0, 10)
     with pytest.raises(BadRequestError):

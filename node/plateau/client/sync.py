@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Generator, Mapping, Sequence
 from types import TracebackType
@@ -12,6 +13,7 @@ import pyarrow as pa
 
 from plateau.client import ops
 from plateau.client._base import DEFAULT_URL, ClientBase
+from plateau.client.direct import DirectTransport, Origin
 from plateau.client.errors import ConnectionFailed
 from plateau.client.wire import UNSET, PartitionPage, RetryPolicy, TimeBound, TopicInfo, TopicPage
 from plateau.storage.focus import DataFocus
@@ -43,6 +45,9 @@ class PlateauClient(ClientBase):
         self._http = httpx.Client(
             base_url=self.url, headers=self._headers, timeout=timeout, transport=transport
         )
+        # on DirectTransport requests skip httpx.Client (see plateau.client.direct)
+        self._direct = transport if isinstance(transport, DirectTransport) else None
+        self._origin: Origin | None = None
 
     def __enter__(self) -> PlateauClient:
         return self
@@ -61,9 +66,28 @@ class PlateauClient(ClientBase):
     # --- driver -------------------------------------------------------------------
     def _send(self, call: ops.Call) -> httpx.Response:
         try:
+            if self._direct is not None:
+                return self._send_direct(self._direct, call)
             return self._http.request(call.method, call.path, **self._request_args(call))
         except httpx.HTTPError as exc:
             raise self._connection_failed(exc) from exc
+
+    def _send_direct(self, transport: DirectTransport, call: ops.Call) -> httpx.Response:
+        """What ``httpx.Client`` would send for ``call``: same headers, body and JSON form."""
+        if self._origin is None:
+            self._origin = Origin.of(self.url)
+        headers = {**self._headers, **call.headers}
+        body = call.content
+        if call.json is not None:
+            body = json.dumps(
+                call.json, ensure_ascii=False, separators=(",", ":"), allow_nan=False
+            ).encode()
+            headers["content-type"] = "application/json"
+        if body is not None:
+            headers["content-length"] = str(len(body))
+        return transport.send(
+            self._origin, call.method, call.path, call.params, headers, body, self.timeout
+        )
 
     def _steps(self, op: ops.StreamOp[T] | ops.Op[Any]) -> Generator[T, None, None]:
         reply: httpx.Response | None = None

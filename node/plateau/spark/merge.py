@@ -12,6 +12,7 @@ so every batch is cast to that form (``conform``) just before it is yielded.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import pyarrow as pa
@@ -113,13 +114,38 @@ def time_ms(column: pa.ChunkedArray | pa.Array) -> pa.Array | pa.ChunkedArray:
     return column
 
 
+def one_array(column: pa.ChunkedArray | pa.Array) -> pa.Array:
+    """The column as one array: a lone chunk as it is (``combine_chunks`` would copy it)."""
+    if isinstance(column, pa.Array):
+        return column
+    return column.chunk(0) if column.num_chunks == 1 else column.combine_chunks()
+
+
+CACHED_NAME_ROWS = 16_384  # above a url page (10,000 rows); at most 1 MiB of names each
+
+
+@functools.lru_cache(maxsize=32)
+def _partition_names(partition: str) -> pa.Array:
+    return pa.repeat(pa.scalar(partition, pa.string()), CACHED_NAME_ROWS)
+
+
+def partition_column(partition: str, rows: int) -> pa.Array:
+    """``_partition`` for ``rows`` rows: a zero-copy slice of one cached array per
+    partition, not a new string array for every page, where it fits."""
+    if rows <= CACHED_NAME_ROWS and len(partition.encode()) * CACHED_NAME_ROWS <= 2**20:
+        return _partition_names(partition).slice(0, rows)
+    return pa.repeat(pa.scalar(partition, pa.string()), rows)
+
+
 def time_us(column: pa.ChunkedArray | pa.Array) -> pa.Array:
     """``time`` (epoch ms or a timestamp of any unit) as Spark's timestamp: us, UTC."""
-    if isinstance(column, pa.ChunkedArray):
-        column = column.combine_chunks()
+    column = one_array(column)
     target = META_ARROW.field(TIME).type
     if pa.types.is_timestamp(column.type):
         return pc.cast(column, target, safe=False)
+    if column.type == pa.int64() and column.null_count == 0:  # the usual case, 5x faster
+        us = column.to_numpy(zero_copy_only=True) * 1000
+        return pa.Array.from_buffers(target, len(us), [None, pa.py_buffer(us)])
     return pc.multiply(column, 1000).cast(target)
 
 
@@ -131,13 +157,13 @@ def conform(
     arrays: list[pa.Array] = []
     for field in target:
         if field.name == PARTITION:
-            arrays.append(pa.repeat(pa.scalar(partition, pa.string()), rows))
+            arrays.append(partition_column(partition, rows))
         elif field.name == INDEX:
             arrays.append(indexes)
         elif field.name == TIME:
             arrays.append(time_us(table.column(TIME_COLUMN)))
         elif field.name in table.column_names:
-            column = table.column(field.name).combine_chunks()
+            column = one_array(table.column(field.name))
             arrays.append(column if column.type == field.type else column.cast(field.type))
         else:
             arrays.append(pa.nulls(rows, field.type))
