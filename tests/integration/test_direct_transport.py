@@ -33,8 +33,6 @@ from tests.nodeproc import NodeProcess
 
 ROWS = 5_000
 KEEP_ALIVE_S = 5.0  # uvicorn's default: the node closes a connection idle this long
-
-
 T0_MS = 1_700_000_000_000
 
 

@@ -73,7 +73,8 @@ class PlateauClient(ClientBase):
             raise self._connection_failed(exc) from exc
 
     def _send_direct(self, transport: DirectTransport, call: ops.Call) -> httpx.Response:
-        """What ``httpx.Client`` would send for ``call``: same headers, body and JSON form."""
+        """What ``httpx.Client`` would send for ``call``: same headers, body and JSON form
+        (the transport adds Content-Length to a body)."""
         if self._origin is None:
             self._origin = Origin.of(self.url)
         headers = {**self._headers, **call.headers}
@@ -83,8 +84,6 @@ class PlateauClient(ClientBase):
                 call.json, ensure_ascii=False, separators=(",", ":"), allow_nan=False
             ).encode()
             headers["content-type"] = "application/json"
-        if body is not None:
-            headers["content-length"] = str(len(body))
         return transport.send(
             self._origin, call.method, call.path, call.params, headers, body, self.timeout
         )
