@@ -18,9 +18,10 @@ segment is sealed, then in one PySpark ``local[2]`` session (best of
    can go below;
 3. the arrow topic: ``format("plateau")`` with ``columns=id,time`` and with all
    columns, against ``spark.read.parquet`` of the parquet topic (same rows);
-4. url mode: ``format("plateau").option("url")`` of the parquet topic (all
-   columns; the topic's own columns without the meta columns; ``id,time``)
-   against the node's own topic iteration (``bench/read.py``'s pass 1 with its
+4. url mode: ``read_topic(url=...)`` (plateau's JVM reader; all columns and
+   ``id,time``) and ``format("plateau").option("url")`` (all columns; the
+   topic's own columns without the meta columns; ``id,time``) of the parquet
+   topic against the node's own topic iteration (``bench/read.py``'s pass 1 with its
    default client, ``http.client``, which url mode uses too), in rounds so
    that the order favours neither, with the share of the machine's CPU busy
    during each (node, JVM and Python workers share the cores here);
@@ -213,6 +214,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             .config("spark.ui.enabled", "false").config("spark.ui.showConsoleProgress", "false")
             .config("spark.driver.memory", "2g").config("spark.driver.host", "127.0.0.1")
             .config("spark.sql.session.timeZone", "UTC")
+            .config("spark.jars", str(plateau.spark.jar_path()))  # read_topic(url=...)
             .getOrCreate()
         )  # fmt: skip
         spark.sparkContext.setLogLevel("ERROR")
@@ -292,6 +294,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
 
         rounds: dict[str, Callable[[], tuple[int, int]]] = {
             "node_iteration": iteration,
+            # read_topic: docs/spark.md's way for batch reads over a url (the JVM reader)
+            "url_read_topic": lambda: scan(
+                plateau.spark.read_topic(spark, url=node.url, topic="parquet")
+            ),
+            "url_read_topic_2col": lambda: scan(
+                plateau.spark.read_topic(spark, url=node.url, topic="parquet", columns="id,time")
+            ),
             "url_all": lambda: scan(plateau_fmt(url=node.url, topic="parquet")),
             "url_data": lambda: scan(
                 plateau_fmt(url=node.url, topic="parquet", columns="time,id,score,value")
@@ -338,7 +347,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             / runs["range_read_topic"][0],
             "arrow_two_columns_vs_parquet": rate("arrow_2col") / native,
             "arrow_all_vs_parquet": rate("arrow_all") / native,
-            "url_vs_node_iteration": rate("url_all") / iteration_rate,
+            "url_vs_node_iteration": rate("url_read_topic") / iteration_rate,
+            "url_2col_read_topic_vs_node_iteration": rate("url_read_topic_2col") / iteration_rate,
+            "url_format_plateau_vs_node_iteration": rate("url_all") / iteration_rate,
             "url_data_vs_node_iteration": rate("url_data") / iteration_rate,
             "url_2col_vs_node_iteration": rate("url_2col") / iteration_rate,
         }
@@ -350,9 +361,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "rows_per_s": {name: round(rate(name)) for name in runs},
             "seconds": {name: round(r[0], 3) for name, r in runs.items()},
             "spark_smallest_query_s": round(floor_s, 3),
-            "cpu_busy_cores": {
-                k: round(busy[k], 2) for k in ("url_all", "url_data", "url_2col", "node_iteration")
-            },
+            "cpu_busy_cores": {k: round(busy[k], 2) for k in (*rounds,)},
             "cores": os.cpu_count(),
             "ratios": {k: round(v, 3) for k, v in ratios.items()},
             "stream": stream,

@@ -17,6 +17,7 @@ from typing import Any
 
 import pytest
 
+import plateau.spark
 from tests.nodeproc import NodeProcess
 
 IN_CI = os.environ.get("CI") == "true"
@@ -46,6 +47,8 @@ def start_session(cores: int, name: str) -> Any:
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     builder = SparkSession.builder.master(f"local[{cores}]").appName(name)
+    # plateau's JVM reader (read_topic over a url): tools/run-tests builds the jar
+    builder = builder.config("spark.jars", str(plateau.spark.jar_path()))
     for key, value in spark_conf().items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()
@@ -58,9 +61,11 @@ def start_session(cores: int, name: str) -> Any:
 def spark() -> Iterator[object]:
     why = None
     if shutil.which("java") is None:
-        why = "no java on PATH (tools/run-tests installs openjdk-17-jre-headless)"
+        why = "no java on PATH (tools/run-tests installs openjdk-17-jdk-headless)"
     if importlib.util.find_spec("pyspark") is None:
         why = "pyspark is not installed (the spark extra: uv sync --extra spark)"
+    elif not (Path(plateau.spark.__file__).parent / "jars" / "plateau-spark.jar").is_file():
+        why = "plateau's Spark jar is not built (tools/run-tests runs tools/build-spark-jar)"
     if why:
         if IN_CI:
             pytest.fail(f"CI=true never skips: {why}")

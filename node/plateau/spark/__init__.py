@@ -9,7 +9,9 @@ Install with the ``spark`` extra (``pip install plateau-k8s[spark]``). Two ways 
 - ``read_topic(spark, path=..., topic=...)``: a batch DataFrame of a ``parquet``
   topic built on Spark's own Parquet reader, for full scans (column pruning and
   predicate pushdown happen in the JVM; a Python data source moves every
-  declared column through Python).
+  declared column through Python); ``read_topic(spark, url=..., topic=...)``:
+  a batch DataFrame of a node's topic read by plateau's JVM reader (its jar on
+  ``spark.jars``: ``jar_path()``), for the same reason.
 
 The option parsing, the volume's listing and the segment reading import no
 PySpark, so they are tested and reused without a JVM.
@@ -17,12 +19,13 @@ PySpark, so they are tested and reused without a JVM.
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["read_topic", "register"]
+__all__ = ["jar_path", "read_topic", "register"]
 
 
 def register(spark: SparkSession) -> None:
@@ -40,11 +43,24 @@ def register(spark: SparkSession) -> None:
 
 
 def read_topic(spark: SparkSession, **options: Any) -> DataFrame:
-    """A ``parquet`` topic on a data directory as a DataFrame read by Spark's Parquet reader.
+    """A topic as a batch DataFrame read in the JVM, for full scans.
 
-    Takes the options of ``format("plateau")`` as keyword arguments (``path``,
-    ``topic``, ``partitions``, ``startingOffsets``, ...); see ``plateau.spark.parquet``.
+    Takes the options of ``format("plateau")`` as keyword arguments (``path`` or
+    ``url``, ``topic``, ``partitions``, ``startingOffsets``, ...). With ``path``:
+    a ``parquet`` topic through Spark's Parquet reader (``plateau.spark.parquet``);
+    with ``url``: plateau's JVM reader (``plateau.spark.remote_jvm``).
     """
+    if options.get("url") is not None and options.get("path") is None:
+        from plateau.spark.remote_jvm import read_url
+
+        return read_url(spark, options)
     from plateau.spark.parquet import read_topic as read
 
     return read(spark, options)
+
+
+def jar_path() -> Path:
+    """plateau's Spark jar: put it on ``spark.jars`` for ``read_topic(url=...)``."""
+    from plateau.spark.remote_jvm import jar_path as path
+
+    return path()

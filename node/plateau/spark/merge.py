@@ -164,7 +164,10 @@ def conform(
             arrays.append(time_us(table.column(TIME_COLUMN)))
         elif field.name in table.column_names:
             column = one_array(table.column(field.name))
-            arrays.append(column if column.type == field.type else column.cast(field.type))
+            if column.type != field.type:
+                # nanoseconds to Spark's microseconds: truncated, as Spark itself does
+                column = column.cast(field.type, safe=not pa.types.is_timestamp(field.type))
+            arrays.append(column)
         else:
             arrays.append(pa.nulls(rows, field.type))
     return pa.RecordBatch.from_arrays(arrays, schema=target)

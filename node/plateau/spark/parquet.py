@@ -26,6 +26,7 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from plateau.spark.frames import as_timestamp, within_time
 from plateau.spark.merge import INDEX, META, PARTITION, TIME, TIME_COLUMN, declared
 from plateau.spark.options import OptionError, parse
 from plateau.spark.plan import Slice, batch_ranges, chosen, plan
@@ -74,7 +75,7 @@ def read_topic(spark: SparkSession, raw: Mapping[str, Any]) -> DataFrame:
     df = reader.parquet(*files)
     time_type = data_fields.field(TIME_COLUMN).type if TIME_COLUMN in data_fields.names else None
     if time_type is not None:
-        df = _within_time(df, time_type, options.starting_ms, options.ending_ms)
+        df = within_time(df, time_type, options.starting_ms, options.ending_ms)
     # Only the meta columns asked for: Spark keeps reading _metadata (and generating
     # Parquet row indexes) once the plan names it, even if a query then ignores the
     # column; that cost a fifth of a full scan's speed.
@@ -84,7 +85,7 @@ def read_topic(spark: SparkSession, raw: Mapping[str, Any]) -> DataFrame:
     if INDEX in wanted.names:
         meta[INDEX] = FIRST_INDEX + F.col("_metadata.row_index")
     if TIME in wanted.names:
-        meta[TIME] = _as_timestamp(time_type)
+        meta[TIME] = as_timestamp(time_type)
     if meta:
         df = df.withColumns(meta)
     return _within_slices(df, pieces).select(*wanted.names)
@@ -110,31 +111,3 @@ def _within_slices(df: DataFrame, pieces: list[Slice]) -> DataFrame:
             & (row < s.end - s.first_index)
         )
     return df.where(keep)
-
-
-def _as_timestamp(time_type: pa.DataType | None) -> Column:
-    if time_type is None:
-        return F.lit(None).cast("timestamp")
-    if pa.types.is_timestamp(time_type):
-        return F.col(TIME_COLUMN).cast("timestamp")
-    return F.timestamp_millis(F.col(TIME_COLUMN))
-
-
-def _within_time(
-    df: DataFrame, time_type: pa.DataType, starting_ms: int | None, ending_ms: int | None
-) -> DataFrame:
-    """Filters on the stored ``time`` column itself, so that Parquet skips row groups.
-
-    One SQL condition, not a ``Column`` expression: each ``Column`` operation is a
-    round trip to the JVM, and those were a tenth of a small range read's time.
-    """
-
-    def literal(ms: int) -> str:
-        return str(ms) if not pa.types.is_timestamp(time_type) else f"timestamp_millis({ms})"
-
-    bounds = []
-    if starting_ms is not None:
-        bounds.append(f"`{TIME_COLUMN}` >= {literal(starting_ms)}")
-    if ending_ms is not None:
-        bounds.append(f"`{TIME_COLUMN}` < {literal(ending_ms)}")
-    return df.where(" AND ".join(bounds)) if bounds else df

@@ -83,6 +83,10 @@ class RemoteListing:
         return {p: s for p, s in self._spans.items() if s.end > s.start}
 
     def schema(self, partitions: Sequence[str]) -> pa.Schema:
+        return merge_schemas(self.samples(partitions))
+
+    def samples(self, partitions: Sequence[str]) -> list[pa.Schema]:
+        """The schemas of each partition's first and last record (none: an error)."""
         schemas: list[pa.Schema] = []
         try:
             with client(self.options) as c:
@@ -99,7 +103,7 @@ class RemoteListing:
                 f"topic {self.options.topic!r} has no records yet, so its columns are "
                 f"unknown; give them with .schema(...)"
             )
-        return merge_schemas(schemas)
+        return schemas
 
     def slices(self, partition: str, span: Span, options: SourceOptions) -> list[Slice]:
         step = options.url_split_rows

@@ -1,0 +1,198 @@
+"""``read_topic`` over a node's URL: pages read by plateau's JVM reader (``jvm/``).
+
+Why next to ``format("plateau")``'s url mode: PySpark gives a Python reader no
+required columns and turns every batch it yields into rows of every declared
+column, which cost more CPU per row than the node spent serving it. The JVM
+reader hands the node's Arrow buffers to Spark as column vectors, reads only the
+columns a query needs, and no record passes through a Python worker.
+
+Python still plans the read, with the same code as ``format("plateau")``: the
+options, the partitions and offsets (``startingOffsets`` ...), the schema
+sampled from the node, the slices. The JVM reader gets the plan as options and
+only executes it, so the two readers cannot disagree on what a read means.
+``_time`` and the time bounds are Spark expressions over ``time``.
+
+The JVM reader hands Arrow columns over as they are, and converts the few top-level
+types Spark cannot read from Arrow (timestamps of other units, unsigned integers,
+half floats, millisecond dates, fixed-size binaries). Other topics (dictionaries,
+such types nested in a struct or list, a column whose type changed between the
+sampled pages) and a session without plateau's jar read through
+``format("plateau")`` instead, with a warning saying why: same rows, slower.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.pandas.types import from_arrow_schema
+
+from plateau.spark.frames import as_timestamp, within_time
+from plateau.spark.merge import (
+    INDEX,
+    META,
+    META_ARROW,
+    PARTITION,
+    TIME,
+    TIME_COLUMN,
+    SchemaConflict,
+    declared,
+    merge_schemas,
+)
+from plateau.spark.options import OptionError, SourceOptions, parse
+from plateau.spark.plan import batch_ranges, chosen, plan, tasks
+from plateau.spark.remote import RemoteListing, focus
+
+log = logging.getLogger(__name__)
+
+SOURCE = "io.plateau.spark.UrlSource"
+JAR = Path(__file__).with_name("jars") / "plateau-spark.jar"
+
+# Arrow types Spark's ArrowColumnVector reads as they are (nested ones: of these).
+_PLAIN = (
+    pa.bool_(),
+    pa.int8(),
+    pa.int16(),
+    pa.int32(),
+    pa.int64(),
+    pa.float32(),
+    pa.float64(),
+    pa.string(),
+    pa.large_string(),
+    pa.binary(),
+    pa.large_binary(),
+    pa.date32(),
+    pa.null(),
+)
+
+
+def jar_path() -> Path:
+    """plateau's Spark jar, for ``spark.jars`` (the Spark image has it on the classpath)."""
+    if not JAR.is_file():
+        raise FileNotFoundError(
+            f"plateau's Spark jar is not built: {JAR} (tools/build-spark-jar builds it)"
+        )
+    return JAR
+
+
+def on_classpath(spark: SparkSession) -> bool:
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is None:  # Spark Connect: the reader cannot be checked from here
+        return False
+    try:
+        jvm.org.apache.spark.util.Utils.classForName(SOURCE, True, False)
+    except Exception:
+        return False
+    return True
+
+
+def passes_through(dtype: pa.DataType) -> bool:
+    """Whether Spark reads ``dtype`` from Arrow as it is (no conversion by anyone)."""
+    if dtype in _PLAIN or pa.types.is_decimal128(dtype):
+        return True
+    if pa.types.is_timestamp(dtype):
+        return bool(dtype.unit == "us")
+    if pa.types.is_struct(dtype):
+        return all(passes_through(f.type) for f in dtype.fields)
+    if pa.types.is_list(dtype):
+        return passes_through(dtype.value_type)
+    if pa.types.is_map(dtype):
+        return passes_through(dtype.key_type) and passes_through(dtype.item_type)
+    return False
+
+
+def converted(dtype: pa.DataType) -> bool:
+    """Whether the JVM reader converts a top-level column of ``dtype`` (``Converted.java``)."""
+    return (
+        pa.types.is_timestamp(dtype)
+        or pa.types.is_fixed_size_binary(dtype)
+        or dtype in (pa.uint8(), pa.uint16(), pa.uint32(), pa.uint64(), pa.float16(), pa.date64())
+    )
+
+
+def why_not(data: pa.Schema, samples: Sequence[pa.Schema]) -> str | None:
+    """Why the JVM reader cannot take this topic's columns (None: it can)."""
+    for field in data:
+        if not (converted(field.type) or passes_through(field.type)):
+            return f"column {field.name!r} is {field.type}, which Spark converts only in Python"
+    for sample in samples:
+        for field in sample:
+            if field.type != data.field(field.name).type:
+                return (
+                    f"column {field.name!r} is {field.type} in some rows and "
+                    f"{data.field(field.name).type} in others"
+                )
+    return None
+
+
+def read_url(spark: SparkSession, raw: Mapping[str, Any]) -> DataFrame:
+    options = parse(raw)
+    assert options.url is not None
+    listing = RemoteListing(options)
+    pieces = plan(listing, batch_ranges(listing, options), options)
+    samples = listing.samples(sorted(chosen(listing.spans(), options)))
+    try:
+        data = merge_schemas(samples)
+    except SchemaConflict as e:
+        raise OptionError(str(e)) from None
+    try:
+        wanted = declared(data, options.columns)
+    except KeyError as e:
+        raise OptionError(
+            f"option 'columns': topic {options.topic!r} has no column {e.args[0]!r} "
+            f"(it has {declared(data, None).names})"
+        ) from None
+    why = why_not(data, samples)
+    if why is None and not on_classpath(spark):
+        why = f"plateau's jar is not on the session's classpath (spark.jars={JAR})"
+    if why is not None:
+        log.warning("read_topic over %s: %s; reading through format('plateau')", options.url, why)
+        return (
+            spark.read.format("plateau")
+            .options(**{k: v for k, v in raw.items() if v is not None})
+            .load()
+        )
+    fields = [f for f in declared(data, None) if f.name not in META]
+    table = pa.schema([*fields, META_ARROW.field(PARTITION), META_ARROW.field(INDEX)])
+    df = (
+        spark.read.format(SOURCE)
+        .schema(from_arrow_schema(table, prefer_timestamp_ntz=True))
+        .options(**plan_options(options, [f.name for f in fields], pieces))
+        .load()
+    )
+    time_type = data.field(TIME_COLUMN).type if TIME_COLUMN in data.names else None
+    if time_type is not None:
+        df = within_time(df, time_type, options.starting_ms, options.ending_ms)
+    if TIME in wanted.names:
+        df = df.withColumn(TIME, as_timestamp(time_type))
+    return df.select(*wanted.names)
+
+
+def plan_options(
+    options: SourceOptions, columns: list[str], pieces: Sequence[Any]
+) -> dict[str, str]:
+    """The plan as the JVM reader's options (``ReadSpec.java`` reads them)."""
+    user = focus(options)
+    out = {
+        "url": options.url or "",
+        "topic": options.topic,
+        "url.pageRows": str(options.url_page_rows),
+        "failOnDataLoss": "true" if options.fail_on_data_loss else "false",
+        "dataset": json.dumps(list(user.dataset) if user else []),
+        "dataset.exclude": json.dumps(list(user.exclude) if user else []),
+        "plateau.tasks": json.dumps(
+            [[[s.partition, s.start, s.end] for s in task] for task in tasks(pieces, 1)]
+        ),
+        "plateau.dataColumns": str(len(columns)),
+    }
+    if options.token:
+        out["token"] = options.token
+    count = TIME_COLUMN if TIME_COLUMN in columns else (columns[0] if columns else None)
+    if count is not None:
+        out["plateau.countColumn"] = count
+    return out
