@@ -2,8 +2,10 @@
 
 Runs the same way locally and on Kubernetes:
 
-    # locally, on a node's data directory (or --url http://127.0.0.1:3030)
-    spark-submit examples/spark_job.py --path ./data --topic inference_logs \
+    # locally, on a node's data directory (or --url http://127.0.0.1:3030; --jars
+    # puts plateau's JVM reader on the classpath, which url reads go through)
+    spark-submit --jars "$(python -c 'import plateau.spark; print(plateau.spark.jar_path())')" \
+        examples/spark_job.py --path ./data --topic inference_logs \
         --column latency_ms --out ./hourly
 
     # on Kubernetes, with the node's volume mounted read-only (plateau spark-conf
@@ -15,8 +17,9 @@ Runs the same way locally and on Kubernetes:
         --topic inference_logs --column latency_ms --out /tmp/hourly
 
 A ``parquet`` topic read from a volume goes through ``read_topic`` (Spark's own
-Parquet reader); anything else through ``format("plateau")``, asking only for
-the columns the aggregate needs.
+Parquet reader), a node's URL through ``read_topic`` too (plateau's JVM reader;
+the Spark image has it on the classpath), an ``arrow`` topic on a volume through
+``format("plateau")``; each asks only for the columns the aggregate needs.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ def read(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
         if getattr(args, name):
             options[name] = getattr(args, name)
     columns = ["_time", *([args.column] if args.column else [])]
-    if args.path and args.format == "parquet":
+    if args.url or args.format == "parquet":
         return plateau.spark.read_topic(spark, columns=",".join(columns), **options)
     return spark.read.format("plateau").options(columns=",".join(columns), **options).load()
 

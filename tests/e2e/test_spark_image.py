@@ -1,7 +1,8 @@
 """The Spark job image on the project's cluster: spark-submit in cluster mode runs
 examples/spark_job.py in a driver pod and an executor pod of localhost/plateau-spark,
 reading a plateau node's volume mounted read-only with the settings of
-``plateau spark-conf`` (claim, readOnly, affinity to the volume's host)."""
+``plateau spark-conf`` (claim, readOnly, affinity to the volume's host), then the
+node's URL through plateau's JVM reader, which the image puts on Spark's classpath."""
 
 from __future__ import annotations
 
@@ -84,7 +85,7 @@ def filled(ns: Kube) -> Iterator[Kube]:
     yield ns
 
 
-def test_spark_job_in_cluster_mode_reads_the_node_volume(
+def test_spark_job_in_cluster_mode_reads_the_node_volume_and_url(
     filled: Kube, spark_image: str, kubeconfig: str, tmp_path: Path
 ) -> None:
     ns = filled
@@ -98,14 +99,39 @@ def test_spark_job_in_cluster_mode_reads_the_node_volume(
     assert conf.returncode == 0, conf.stderr
     host = ns.get("pod", "plateau-0")["spec"]["nodeName"]
     assert host in (tmp_path / "template.yaml").read_text()
+    job = ["--path", "/plateau/data", "--topic", "t", "--column", "v"]
+    report, _ = run_job(ns, spark_image, kubeconfig, "plateau-e2e-driver", conf.stdout.split(), job)
+    assert report == {"topic": "t", "hours": 1, "rows": 1000}
+    pods = ns.get("pods", "-l", "spark-role=executor")["items"]
+    assert pods, "an executor pod ran"
+    for p in [ns.get("pod", "plateau-e2e-driver"), *pods]:
+        assert p["spec"]["nodeName"] == host
+        mounts = p["spec"]["containers"][0]["volumeMounts"]
+        assert any(m["mountPath"] == "/plateau/data" and m.get("readOnly") for m in mounts)
+    # the node's URL instead: read_topic's JVM reader, on the image's Spark classpath
+    url = f"http://plateau.{ns.namespace}.svc.cluster.local:3030"
+    namespace = ["--conf", f"spark.kubernetes.namespace={ns.namespace}"]
+    report, logs = run_job(ns, spark_image, kubeconfig, "plateau-e2e-url", namespace,
+                           ["--url", url, "--topic", "t", "--column", "v"])  # fmt: skip
+    assert report == {"topic": "t", "hours": 1, "rows": 1002}  # the open rows too
+    assert "reading through format('plateau')" not in logs
+    if IN_CI:
+        for driver in ("plateau-e2e-driver", "plateau-e2e-url"):
+            ns.run("delete", "pod", driver, "--wait=false", check=False)
+
+
+def run_job(
+    ns: Kube, image: str, kubeconfig: str, driver: str, conf: list[str], job: list[str]
+) -> tuple[dict[str, Any], str]:
+    """examples/spark_job.py by spark-submit in cluster mode: its report and the driver's log."""
     submit = [
         str(Path(sys.executable).parent / "spark-submit"),
         "--master", f"k8s://{api_server(kubeconfig)}", "--deploy-mode", "cluster",
-        "--name", "plateau-e2e",
-        "--conf", f"spark.kubernetes.container.image={spark_image}",
+        "--name", driver,
+        "--conf", f"spark.kubernetes.container.image={image}",
         "--conf", "spark.kubernetes.container.image.pullPolicy=Never",
         "--conf", "spark.kubernetes.authenticate.driver.serviceAccountName=spark",
-        "--conf", "spark.kubernetes.driver.pod.name=plateau-e2e-driver",
+        "--conf", f"spark.kubernetes.driver.pod.name={driver}",
         "--conf", "spark.executor.instances=1",
         "--conf", "spark.kubernetes.driver.request.cores=0.1",
         "--conf", "spark.kubernetes.executor.request.cores=0.1",
@@ -113,22 +139,14 @@ def test_spark_job_in_cluster_mode_reads_the_node_volume(
         "--conf", "spark.kubernetes.submission.waitAppCompletion=true",
         # kept after the app ends, for the checks below (the namespace goes after the test)
         "--conf", "spark.kubernetes.executor.deleteOnTermination=false",
-        *conf.stdout.split(),
+        *conf,
         "local:///opt/plateau/examples/spark_job.py",
-        "--path", "/plateau/data", "--topic", "t", "--column", "v",
+        *job,
     ]  # fmt: skip
     env = {**os.environ, "KUBECONFIG": kubeconfig}
     out = subprocess.run(submit, capture_output=True, text=True, env=env, timeout=900, check=False)
-    driver = "plateau-e2e-driver"
-    logs = ns.logs(driver) if ns.exists("pod", driver) else ""
+    assert ns.exists("pod", driver), f"spark-submit made no driver pod: {out.stderr[-3000:]}"
+    logs = ns.logs(driver)
     assert ns.pod_phase(driver) == "Succeeded", f"{out.stderr[-3000:]}\n--- driver\n{logs[-4000:]}"
     report = json.loads(next(line for line in logs.splitlines() if line.startswith('{"topic"')))
-    assert report == {"topic": "t", "hours": 1, "rows": 1000}
-    pods = ns.get("pods", "-l", "spark-role=executor")["items"]
-    assert pods, "an executor pod ran"
-    for p in [ns.get("pod", driver), *pods]:
-        assert p["spec"]["nodeName"] == host
-        mounts = p["spec"]["containers"][0]["volumeMounts"]
-        assert any(m["mountPath"] == "/plateau/data" and m.get("readOnly") for m in mounts)
-    if IN_CI:
-        ns.run("delete", "pod", driver, "--wait=false", check=False)
+    return report, logs
