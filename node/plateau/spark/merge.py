@@ -18,6 +18,8 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from plateau.spark.options import OptionError, SourceOptions
+
 PARTITION = "_partition"
 INDEX = "_index"
 TIME = "_time"
@@ -97,6 +99,17 @@ def declared(data: pa.Schema, columns: Sequence[str] | None) -> pa.Schema:
     if missing:
         raise KeyError(missing[0])
     return pa.schema([everything.field(c) for c in columns])
+
+
+def wanted(data: pa.Schema, options: SourceOptions) -> pa.Schema:
+    """``declared`` for option ``columns``: an unknown column is an error naming the option."""
+    try:
+        return declared(data, options.columns)
+    except KeyError as e:
+        raise OptionError(
+            f"option 'columns': topic {options.topic!r} has no column {e.args[0]!r} "
+            f"(it has {declared(data, None).names})"
+        ) from None
 
 
 def file_columns(target: pa.Schema, file_schema: pa.Schema, filtering_time: bool) -> list[str]:

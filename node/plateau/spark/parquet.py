@@ -27,7 +27,7 @@ from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from plateau.spark.frames import as_timestamp, within_time
-from plateau.spark.merge import INDEX, META, PARTITION, TIME, TIME_COLUMN, declared
+from plateau.spark.merge import INDEX, META, PARTITION, TIME, TIME_COLUMN, declared, wanted
 from plateau.spark.options import OptionError, parse
 from plateau.spark.plan import Slice, batch_ranges, chosen, plan
 from plateau.spark.volume import VolumeListing, files_schema
@@ -57,18 +57,12 @@ def read_topic(spark: SparkSession, raw: Mapping[str, Any]) -> DataFrame:
     # the files read tell the columns: a range read opens a few footers, not every one
     read = [(s.file, s.format or "parquet") for s in pieces if s.file]
     data = files_schema(read) if read else listing.schema(sorted(chosen(listing.spans(), options)))
-    try:
-        wanted = declared(data, options.columns)
-    except KeyError as e:
-        raise OptionError(
-            f"option 'columns': topic {options.topic!r} has no column {e.args[0]!r} "
-            f"(it has {declared(data, None).names})"
-        ) from None
+    columns = wanted(data, options)
     everything = declared(data, None)
     data_fields = pa.schema([f for f in everything if f.name not in META])
     files = sorted({s.file for s in pieces if s.file})
     if not files:
-        return spark.createDataFrame([], from_arrow_schema(wanted, prefer_timestamp_ntz=True))
+        return spark.createDataFrame([], from_arrow_schema(columns, prefer_timestamp_ntz=True))
     reader = spark.read.schema(from_arrow_schema(data_fields, prefer_timestamp_ntz=True))
     if not options.fail_on_data_loss:
         reader = reader.option("ignoreMissingFiles", "true")
@@ -80,15 +74,15 @@ def read_topic(spark: SparkSession, raw: Mapping[str, Any]) -> DataFrame:
     # Parquet row indexes) once the plan names it, even if a query then ignores the
     # column; that cost a fifth of a full scan's speed.
     meta: dict[str, Column] = {}
-    if PARTITION in wanted.names:
+    if PARTITION in columns.names:
         meta[PARTITION] = PARTITION_DIR
-    if INDEX in wanted.names:
+    if INDEX in columns.names:
         meta[INDEX] = FIRST_INDEX + F.col("_metadata.row_index")
-    if TIME in wanted.names:
+    if TIME in columns.names:
         meta[TIME] = as_timestamp(time_type)
     if meta:
         df = df.withColumns(meta)
-    return _within_slices(df, pieces).select(*wanted.names)
+    return _within_slices(df, pieces).select(*columns.names)
 
 
 def _within_slices(df: DataFrame, pieces: list[Slice]) -> DataFrame:

@@ -43,6 +43,7 @@ from plateau.spark.merge import (
     SchemaConflict,
     declared,
     merge_schemas,
+    wanted,
 )
 from plateau.spark.options import OptionError, SourceOptions, parse
 from plateau.spark.plan import batch_ranges, chosen, plan, tasks
@@ -140,13 +141,7 @@ def read_url(spark: SparkSession, raw: Mapping[str, Any]) -> DataFrame:
         data = merge_schemas(samples)
     except SchemaConflict as e:
         raise OptionError(str(e)) from None
-    try:
-        wanted = declared(data, options.columns)
-    except KeyError as e:
-        raise OptionError(
-            f"option 'columns': topic {options.topic!r} has no column {e.args[0]!r} "
-            f"(it has {declared(data, None).names})"
-        ) from None
+    columns = wanted(data, options)
     why = why_not(data, samples)
     if why is None and not on_classpath(spark):
         why = f"plateau's jar is not on the session's classpath (spark.jars={JAR})"
@@ -168,9 +163,9 @@ def read_url(spark: SparkSession, raw: Mapping[str, Any]) -> DataFrame:
     time_type = data.field(TIME_COLUMN).type if TIME_COLUMN in data.names else None
     if time_type is not None:
         df = within_time(df, time_type, options.starting_ms, options.ending_ms)
-    if TIME in wanted.names:
+    if TIME in columns.names:
         df = df.withColumn(TIME, as_timestamp(time_type))
-    return df.select(*wanted.names)
+    return df.select(*columns.names)
 
 
 def plan_options(

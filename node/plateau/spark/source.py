@@ -22,9 +22,9 @@ from pyspark.sql.datasource import (
 from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
 from pyspark.sql.types import StructType
 
-from plateau.spark.merge import declared
+from plateau.spark.merge import wanted
 from plateau.spark.modes import open_listing, read_task
-from plateau.spark.options import OptionError, SourceOptions, parse
+from plateau.spark.options import SourceOptions, parse
 from plateau.spark.plan import Slice, batch_ranges, chosen, plan, tasks
 from plateau.spark.pushdown import all_back, narrow
 from plateau.spark.sizing import read_share
@@ -73,15 +73,7 @@ class PlateauDataSource(DataSource):
         listing = open_listing(self.parsed)
         spans = chosen(listing.spans(), self.parsed)
         data = listing.schema(sorted(spans))
-        try:
-            arrow = declared(data, self.parsed.columns)
-        except KeyError as e:
-            names = [f.name for f in declared(data, None)]
-            raise OptionError(
-                f"option 'columns': topic {self.parsed.topic!r} has no column {e.args[0]!r} "
-                f"(it has {names})"
-            ) from None
-        return from_arrow_schema(arrow, prefer_timestamp_ntz=True)
+        return from_arrow_schema(wanted(data, self.parsed), prefer_timestamp_ntz=True)
 
     def reader(self, schema: StructType) -> DataSourceReader:
         return PlateauReader(self.parsed, schema)

@@ -79,7 +79,7 @@ final class NodeClient {
     return new Page(reply.body(), false, start, start);
   }
 
-  /** Retries what never reached the node (a restarting node, a dropped connection). */
+  /** Retries a connection refused or dropped (a restarting node, an idle connection closed). */
   private static HttpResponse<byte[]> send(HttpRequest request)
       throws IOException, InterruptedException {
     IOException last = null;
@@ -89,14 +89,14 @@ final class NodeClient {
       }
       try {
         return HTTP.send(request, HttpResponse.BodyHandlers.ofByteArray());
-      } catch (java.net.ConnectException | java.net.http.HttpConnectTimeoutException e) {
+      } catch (java.net.http.HttpConnectTimeoutException e) {
         last = e;
+      } catch (java.net.http.HttpTimeoutException e) {
+        throw new IOException(
+            "the plateau node did not answer within " + TIMEOUT.toSeconds() + " s: " + request.uri(),
+            e);
       } catch (IOException e) {
-        if (e.getMessage() != null && e.getMessage().contains("closed")) {
-          last = e; // a kept-alive connection the node had closed: safe to repeat a GET
-        } else {
-          throw e;
-        }
+        last = e; // refused, reset, or a kept-alive connection the node had closed: a GET repeats
       }
     }
     throw new IOException("cannot reach the plateau node: " + request.uri() + ": " + last, last);

@@ -24,7 +24,8 @@ final class ReadSpec implements Serializable {
   /** The user's data focus (options dataset, dataset.exclude); null: none, prune instead. */
   final List<String> dataset;
   final List<String> datasetExclude;
-  final List<Task> tasks;
+  /** The driver's alone (planning): not shipped to executors with every task's reader. */
+  final transient List<Task> tasks;
   /** How many data columns the table has: a read of all of them sends no focus. */
   final int dataColumns;
   /** The column a read of no data columns (a count) asks for; null: none. */
