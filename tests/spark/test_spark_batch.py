@@ -241,6 +241,30 @@ def test_row_groups_skipped_by_time_keep_their_indexes(spark: Any, node: NodePro
         assert all(r["v"] == value("0", r["_index"]) for r in got)
 
 
+def test_read_topic_filters_rows_only_in_files_the_time_bounds_cut(
+    spark: Any, node: NodeProcess
+) -> None:
+    """snapshot.json has each file's time bounds: files wholly inside need no row filter."""
+    opts = {"path": str(node.data_dir), "topic": "t-parquet", "columns": "_partition,_index"}
+
+    def read(lo: int, hi: int) -> tuple[set[tuple[str, int]], str]:
+        bounds = {"startingTimestamp": str(T0_MS + lo * STEP_MS),
+                  "endingTimestamp": str(T0_MS + hi * STEP_MS)}  # fmt: skip
+        df = plateau.spark.read_topic(spark, **opts, **bounds)
+        return {(r[0], r[1]) for r in df.collect()}, plan(df)
+
+    whole, plan_whole = read(100, 300)  # segments [100, 200) and [200, 300)
+    assert whole == expect(dict.fromkeys(PARTS, (100, 300)))
+    assert "DataFilters: []" in plan_whole and "time" not in plan_whole.split("ReadSchema")[1]
+    cut, plan_cut = read(150, 300)
+    assert cut == expect(dict.fromkeys(PARTS, (150, 300)))
+    assert "DataFilters: []" not in plan_cut and "time" in plan_cut.split("ReadSchema")[1]
+
+
+def plan(df: Any) -> str:
+    return str(df._jdf.queryExecution().executedPlan().toString())
+
+
 @pytest.mark.parametrize("fmt", ["parquet", "arrow"])
 def test_a_narrow_read_packs_more_segments_per_task(
     spark: Any, node: NodeProcess, fmt: str

@@ -68,7 +68,10 @@ def read_topic(spark: SparkSession, raw: Mapping[str, Any]) -> DataFrame:
         reader = reader.option("ignoreMissingFiles", "true")
     df = reader.parquet(*files)
     time_type = data_fields.field(TIME_COLUMN).type if TIME_COLUMN in data_fields.names else None
-    if time_type is not None:
+    # a file wholly inside the time bounds needs no row filter (nor its time column read);
+    # snapshot.json has each file's time bounds
+    bounded = not all(s.within(options.starting_ms, options.ending_ms) for s in pieces)
+    if time_type is not None and bounded:
         df = within_time(df, time_type, options.starting_ms, options.ending_ms)
     # Only the meta columns asked for: Spark keeps reading _metadata (and generating
     # Parquet row indexes) once the plan names it, even if a query then ignores the

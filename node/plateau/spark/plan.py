@@ -43,6 +43,16 @@ class Slice:
     first_index: int = 0  # of the file: row ``i`` of it is index ``first_index + i``
     bytes: int = 0  # on disk, estimated from the segment's size (0: unknown)
     file_end: int = 0  # the file's end index (its first index plus its rows)
+    min_time_ms: int | None = None  # the file's time bounds (snapshot.json), when known
+    max_time_ms: int | None = None
+
+    def within(self, starting_ms: int | None, ending_ms: int | None) -> bool:
+        """Whether every row of the file is inside the time bounds (no row filter needed)."""
+        if self.min_time_ms is None or self.max_time_ms is None:
+            return starting_ms is None and ending_ms is None
+        return (starting_ms is None or self.min_time_ms >= starting_ms) and (
+            ending_ms is None or self.max_time_ms < ending_ms
+        )
 
 
 class Listing(Protocol):

@@ -133,6 +133,12 @@ class VolumeListing:
                     first_index=first,
                     file_end=end,
                     bytes=max(1, int(seg["bytes"]) * (stop - start) // max(1, end - first)),
+                    min_time_ms=_int_or_none(seg.get("min_time_ms")),
+                    max_time_ms=_int_or_none(seg.get("max_time_ms")),
                 )
             )
         return out
+
+
+def _int_or_none(value: Any) -> int | None:
+    return None if value is None else int(value)
