@@ -64,7 +64,7 @@ def spark() -> Iterator[object]:
         why = "no java on PATH (tools/run-tests installs openjdk-17-jdk-headless)"
     if importlib.util.find_spec("pyspark") is None:
         why = "pyspark is not installed (the spark extra: uv sync --extra spark)"
-    elif not (Path(plateau.spark.__file__).parent / "jars" / "plateau-spark.jar").is_file():
+    elif not plateau.spark.JAR.is_file():
         why = "plateau's Spark jar is not built (tools/run-tests runs tools/build-spark-jar)"
     if why:
         if IN_CI:

@@ -25,7 +25,10 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["jar_path", "read_topic", "register"]
+__all__ = ["JAR", "jar_path", "read_topic", "register"]
+
+# plateau's Spark jar (jvm/), built by tools/build-spark-jar: not in git, in the wheel
+JAR = Path(__file__).with_name("jars") / "plateau-spark.jar"
 
 
 def register(spark: SparkSession) -> None:
@@ -60,7 +63,10 @@ def read_topic(spark: SparkSession, **options: Any) -> DataFrame:
 
 
 def jar_path() -> Path:
-    """plateau's Spark jar: put it on ``spark.jars`` for ``read_topic(url=...)``."""
-    from plateau.spark.remote_jvm import jar_path as path
-
-    return path()
+    """plateau's Spark jar: put it on ``spark.jars`` for ``read_topic(url=...)`` (the Spark
+    image has it on the classpath)."""
+    if not JAR.is_file():
+        raise FileNotFoundError(
+            f"plateau's Spark jar is not built: {JAR} (tools/build-spark-jar builds it)"
+        )
+    return JAR

@@ -114,11 +114,11 @@ def wanted(data: pa.Schema, options: SourceOptions) -> pa.Schema:
 
 def file_columns(target: pa.Schema, file_schema: pa.Schema, filtering_time: bool) -> list[str]:
     """The file's columns a read needs: the declared ones, and ``time`` for ``_time``/bounds."""
-    wanted = [n for n in target.names if n not in META and n in file_schema.names]
+    names = [n for n in target.names if n not in META and n in file_schema.names]
     needs_time = filtering_time or TIME in target.names
-    if needs_time and TIME_COLUMN in file_schema.names and TIME_COLUMN not in wanted:
-        wanted.append(TIME_COLUMN)
-    return wanted
+    if needs_time and TIME_COLUMN in file_schema.names and TIME_COLUMN not in names:
+        names.append(TIME_COLUMN)
+    return names
 
 
 def time_ms(column: pa.ChunkedArray | pa.Array) -> pa.Array | pa.ChunkedArray:

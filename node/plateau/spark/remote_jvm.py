@@ -25,13 +25,13 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from plateau.spark import JAR
 from plateau.spark.frames import as_timestamp, within_time
 from plateau.spark.merge import (
     INDEX,
@@ -46,13 +46,12 @@ from plateau.spark.merge import (
     wanted,
 )
 from plateau.spark.options import OptionError, SourceOptions, parse
-from plateau.spark.plan import batch_ranges, chosen, plan, tasks
+from plateau.spark.plan import Slice, batch_ranges, chosen, plan, tasks
 from plateau.spark.remote import RemoteListing, focus
 
 log = logging.getLogger(__name__)
 
 SOURCE = "io.plateau.spark.UrlSource"
-JAR = Path(__file__).with_name("jars") / "plateau-spark.jar"
 
 # Arrow types Spark's ArrowColumnVector reads as they are (nested ones: of these).
 _PLAIN = (
@@ -70,15 +69,6 @@ _PLAIN = (
     pa.date32(),
     pa.null(),
 )
-
-
-def jar_path() -> Path:
-    """plateau's Spark jar, for ``spark.jars`` (the Spark image has it on the classpath)."""
-    if not JAR.is_file():
-        raise FileNotFoundError(
-            f"plateau's Spark jar is not built: {JAR} (tools/build-spark-jar builds it)"
-        )
-    return JAR
 
 
 def on_classpath(spark: SparkSession) -> bool:
@@ -169,7 +159,7 @@ def read_url(spark: SparkSession, raw: Mapping[str, Any]) -> DataFrame:
 
 
 def plan_options(
-    options: SourceOptions, columns: list[str], pieces: Sequence[Any]
+    options: SourceOptions, columns: list[str], pieces: Sequence[Slice]
 ) -> dict[str, str]:
     """The plan as the JVM reader's options (``ReadSpec.java`` reads them)."""
     user = focus(options)

@@ -158,7 +158,7 @@ final class PageReader implements PartitionReader<ColumnarBatch> {
         projecting = false; // a declared column these rows lack (added later): read them whole
       }
     }
-    List<String> focus = projecting || spec.userFocus() ? dataset : List.of();
+    List<String> focus = spec.userFocus() ? dataset : List.of(); // refused, or nothing to prune
     try {
       return client.read(slice.partition(), position, limit, focus, exclude);
     } catch (NodeClient.Refused e) {
