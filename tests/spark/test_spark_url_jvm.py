@@ -150,6 +150,28 @@ def test_pages_smaller_than_slices_and_slices_than_tasks(spark: Any, node: NodeP
     assert all(r[2] == value(r[0], r[1]) for r in got)
 
 
+def test_filters_on_partition_and_index_narrow_what_is_fetched(
+    spark: Any, node: NodeProcess
+) -> None:
+    big = jvm(spark, node, topic="big", **{"url.splitRows": "25000"})
+    assert big.rdd.getNumPartitions() == 6
+    one = big.where("_partition = '1' AND _index >= 25500 AND _index <= 25999")
+    assert "tasks=1 narrowedBy=" in plan_of(one), plan_of(one)
+    assert one.rdd.getNumPartitions() == 1  # one slice of one partition is fetched
+    got = one.select("_partition", "_index", "v").collect()
+    assert sorted(r[1] for r in got) == list(range(25_500, 26_000))
+    assert all(r[0] == "1" and r[2] == value("1", r[1]) for r in got)
+    # IN keeps the partitions it names; the OR inside is left to Spark, rows stay exact
+    ends = big.where("_partition IN ('0', '1', 'nope') AND (_index < 3 OR _index > 59997)")
+    assert {(r[0], r[1]) for r in ends.select("_partition", "_index").collect()} == {
+        (p, i) for p in ("0", "1") for i in (0, 1, 2, 59_998, 59_999)
+    }
+    # an OR Spark cannot split is still evaluated by Spark, not dropped
+    assert "narrowedBy" not in plan_of(big.where("_index = 7 OR s = 'x'"))
+    assert big.where("_index = 7 OR _partition = '0'").count() == 60_001
+    assert big.where("_index > 9223372036854775806").count() == 0
+
+
 def test_columns_and_pruning(spark: Any, node: NodeProcess) -> None:
     df = jvm(spark, node, topic="t-arrow", columns="_index,v,_partition", partitions="1")
     assert df.columns == ["_index", "v", "_partition"]

@@ -9,7 +9,9 @@ columns a query needs, and no record passes through a Python worker.
 Python still plans the read, with the same code as ``format("plateau")``: the
 options, the partitions and offsets (``startingOffsets`` ...), the schema
 sampled from the node, the slices. The JVM reader gets the plan as options and
-only executes it, so the two readers cannot disagree on what a read means.
+only executes it (cutting slices to a query's filters on ``_partition`` and
+``_index``, as ``pushdown.py`` does), so the two readers cannot disagree on
+what a read means.
 ``_time`` and the time bounds are Spark expressions over ``time``.
 
 The JVM reader hands Arrow columns over as they are, and converts the few top-level

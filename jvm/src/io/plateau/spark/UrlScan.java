@@ -1,21 +1,31 @@
 package io.plateau.spark;
 
+import java.util.Arrays;
+import java.util.List;
 import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReader;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.sources.Filter;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 
-/** One read: Python's tasks, each a list of index slices, read as columnar batches. */
+/**
+ * One read: Python's tasks, each a list of index slices, as the query's filters left them
+ * ({@link Narrowing}), read as columnar batches.
+ */
 final class UrlScan implements Scan, Batch {
   private final StructType readSchema;
   private final ReadSpec spec;
+  private final List<Task> tasks;
+  private final Filter[] narrowedBy;
 
-  UrlScan(StructType readSchema, ReadSpec spec) {
+  UrlScan(StructType readSchema, ReadSpec spec, List<Task> tasks, Filter[] narrowedBy) {
     this.readSchema = readSchema;
     this.spec = spec;
+    this.tasks = tasks;
+    this.narrowedBy = narrowedBy;
   }
 
   @Override
@@ -32,7 +42,8 @@ final class UrlScan implements Scan, Batch {
         + " "
         + Focus.of(spec, readSchema)
         + " tasks="
-        + spec.tasks.size();
+        + tasks.size()
+        + (narrowedBy.length == 0 ? "" : " narrowedBy=" + Arrays.toString(narrowedBy));
   }
 
   @Override
@@ -42,7 +53,7 @@ final class UrlScan implements Scan, Batch {
 
   @Override
   public InputPartition[] planInputPartitions() {
-    return spec.tasks.toArray(new InputPartition[0]);
+    return tasks.toArray(new InputPartition[0]);
   }
 
   @Override

@@ -5,11 +5,16 @@ import java.util.Set;
 import org.apache.spark.sql.connector.catalog.SupportsRead;
 import org.apache.spark.sql.connector.catalog.TableCapability;
 import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
+import org.apache.spark.sql.sources.Filter;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
-/** A topic on a node, as planned by Python; reads prune to the columns a query needs. */
+/**
+ * A topic on a node, as planned by Python; reads prune to the columns a query needs and
+ * narrow to its filters on {@code _partition} and {@code _index}.
+ */
 final class UrlTable implements SupportsRead {
   private final StructType schema;
   private final ReadSpec spec;
@@ -40,8 +45,24 @@ final class UrlTable implements SupportsRead {
     return new Builder();
   }
 
-  private final class Builder implements SupportsPushDownRequiredColumns {
+  private final class Builder
+      implements SupportsPushDownRequiredColumns, SupportsPushDownFilters {
     private StructType required = schema;
+    private final Narrowing narrowing = new Narrowing();
+
+    /** Every filter goes back to Spark: narrowing keeps whole pages, not exact rows. */
+    @Override
+    public Filter[] pushFilters(Filter[] filters) {
+      for (Filter f : filters) {
+        narrowing.take(f);
+      }
+      return filters;
+    }
+
+    @Override
+    public Filter[] pushedFilters() {
+      return narrowing.used();
+    }
 
     @Override
     public void pruneColumns(StructType requiredSchema) {
@@ -50,7 +71,7 @@ final class UrlTable implements SupportsRead {
 
     @Override
     public UrlScan build() {
-      return new UrlScan(required, spec);
+      return new UrlScan(required, spec, narrowing.apply(spec.tasks), narrowing.used());
     }
   }
 }
