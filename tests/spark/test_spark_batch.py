@@ -21,6 +21,9 @@ from tests.spark.topics import STEP_MS, T0_MS, expected_time, fill, rows, value,
 PARTS = ["0", "1", "2"]
 SEALED, OPEN = 400, 50  # per partition: 4 sealed segments of 100 rows, 50 rows unsealed
 BIG = 140_000
+# Open segments stay open for the module's life: the tests count on the rows past
+# the sealed ends being invisible on a volume (the default seals after 60 s).
+HOUR = 3600
 
 
 @pytest.fixture(scope="module")
@@ -32,18 +35,24 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
                 fill(client, f"t-{fmt}", fmt, PARTS, SEALED, OPEN)
                 wait_sealed(proc.data_dir, f"t-{fmt}", dict.fromkeys(PARTS, SEALED))
             # a schema that grows: "extra" from index 100 on
-            client.put_topic("grows", partitions=1, segment_max_rows=100)
+            client.put_topic(
+                "grows", partitions=1, segment_max_rows=100, segment_max_age_seconds=HOUR
+            )
             client.append("grows", "0", rows("0", 0, 100))
             for lo, hi in ((100, 200), (200, 210)):  # the last append seals [100, 200)
                 extra = pa.array(["e"] * (hi - lo))
                 client.append("grows", "0", rows("0", lo, hi).append_column("extra", extra))
             # a column whose type changes incompatibly
-            client.put_topic("clash", partitions=1, segment_max_rows=10)
+            client.put_topic(
+                "clash", partitions=1, segment_max_rows=10, segment_max_age_seconds=HOUR
+            )
             client.append("clash", "0", pa.table({"v": pa.array(range(10), pa.int64())}))
             client.append("clash", "0", pa.table({"v": pa.array([{"a": 1}] * 10)}))
             client.append("clash", "0", pa.table({"v": pa.array([{"a": 1}] * 10)}))
             # one segment of three Parquet row groups (65536 rows each), to skip by time
-            client.put_topic("big", partitions=1, segment_max_rows=BIG)
+            client.put_topic(
+                "big", partitions=1, segment_max_rows=BIG, segment_max_age_seconds=HOUR
+            )
             client.append("big", "0", rows("0", 0, BIG))
             client.append("big", "0", rows("0", BIG, BIG + 1))
             wait_sealed(proc.data_dir, "big", {"0": BIG})
