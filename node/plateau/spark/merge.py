@@ -89,10 +89,14 @@ def spark_type(dtype: pa.DataType, column: str) -> pa.DataType:
     return dtype
 
 
+def topic_fields(data: pa.Schema) -> pa.Schema:
+    """The topic's own columns, Spark-typed, without the meta columns."""
+    return pa.schema([f.with_type(spark_type(f.type, f.name)) for f in data if f.name not in META])
+
+
 def declared(data: pa.Schema, columns: Sequence[str] | None) -> pa.Schema:
     """The topic's columns (Spark-typed) and the meta columns, or just ``columns`` of them."""
-    fields = [f.with_type(spark_type(f.type, f.name)) for f in data if f.name not in META]
-    everything = pa.schema([*fields, *META_ARROW])
+    everything = pa.schema([*topic_fields(data), *META_ARROW])
     if columns is None:
         return everything
     missing = [c for c in columns if c not in everything.names]

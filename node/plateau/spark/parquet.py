@@ -21,13 +21,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from plateau.spark.frames import as_timestamp, within_time
-from plateau.spark.merge import INDEX, META, PARTITION, TIME, TIME_COLUMN, declared, wanted
+from plateau.spark.merge import INDEX, PARTITION, TIME, TIME_COLUMN, topic_fields, wanted
 from plateau.spark.options import OptionError, parse
 from plateau.spark.plan import Slice, batch_ranges, chosen, plan
 from plateau.spark.volume import VolumeListing, files_schema
@@ -58,8 +57,7 @@ def read_topic(spark: SparkSession, raw: Mapping[str, Any]) -> DataFrame:
     read = [(s.file, s.format or "parquet") for s in pieces if s.file]
     data = files_schema(read) if read else listing.schema(sorted(chosen(listing.spans(), options)))
     columns = wanted(data, options)
-    everything = declared(data, None)
-    data_fields = pa.schema([f for f in everything if f.name not in META])
+    data_fields = topic_fields(data)
     files = sorted({s.file for s in pieces if s.file})
     if not files:
         return spark.createDataFrame([], from_arrow_schema(columns, prefer_timestamp_ntz=True))

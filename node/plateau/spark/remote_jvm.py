@@ -37,14 +37,13 @@ from plateau.spark import JAR
 from plateau.spark.frames import as_timestamp, within_time
 from plateau.spark.merge import (
     INDEX,
-    META,
     META_ARROW,
     PARTITION,
     TIME,
     TIME_COLUMN,
     SchemaConflict,
-    declared,
     merge_schemas,
+    topic_fields,
     wanted,
 )
 from plateau.spark.options import OptionError, SourceOptions, parse
@@ -144,12 +143,12 @@ def read_url(spark: SparkSession, raw: Mapping[str, Any]) -> DataFrame:
             .options(**{k: v for k, v in raw.items() if v is not None})
             .load()
         )
-    fields = [f for f in declared(data, None) if f.name not in META]
+    fields = topic_fields(data)
     table = pa.schema([*fields, META_ARROW.field(PARTITION), META_ARROW.field(INDEX)])
     df = (
         spark.read.format(SOURCE)
         .schema(from_arrow_schema(table, prefer_timestamp_ntz=True))
-        .options(**plan_options(options, [f.name for f in fields], pieces))
+        .options(**plan_options(options, fields.names, pieces))
         .load()
     )
     time_type = data.field(TIME_COLUMN).type if TIME_COLUMN in data.names else None
