@@ -106,7 +106,7 @@ final class Columns implements AutoCloseable {
         || v instanceof TimeStampMicroVector && declared instanceof TimestampNTZType) {
       return Kind.ARROW;
     }
-    if (Converted.of(v, declared) != null) {
+    if (Converted.converts(v, declared)) {
       return Kind.CONVERT;
     }
     DataType held = null;

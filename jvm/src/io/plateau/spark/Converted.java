@@ -51,17 +51,20 @@ final class Converted extends ColumnVector {
 
   /** The column as {@code declared}, or null when this class does not convert it. */
   static ColumnVector of(FieldVector v, DataType declared) {
-    boolean ok =
-        (v instanceof TimeStampVector
-                && (declared instanceof TimestampType || declared instanceof TimestampNTZType))
-            || (v instanceof UInt1Vector && declared.equals(DataTypes.ShortType))
-            || (v instanceof UInt2Vector && declared.equals(DataTypes.IntegerType))
-            || (v instanceof UInt4Vector && declared.equals(DataTypes.LongType))
-            || (v instanceof UInt8Vector && declared.equals(DataTypes.createDecimalType(20, 0)))
-            || (v instanceof Float2Vector && declared.equals(DataTypes.FloatType))
-            || (v instanceof DateMilliVector && declared.equals(DataTypes.DateType))
-            || (v instanceof FixedSizeBinaryVector && declared.equals(DataTypes.BinaryType));
-    return ok ? new Converted(v, declared) : null;
+    return converts(v, declared) ? new Converted(v, declared) : null;
+  }
+
+  /** Whether this class reads {@code v} as {@code declared}. */
+  static boolean converts(FieldVector v, DataType declared) {
+    return (v instanceof TimeStampVector
+            && (declared instanceof TimestampType || declared instanceof TimestampNTZType))
+        || (v instanceof UInt1Vector && declared.equals(DataTypes.ShortType))
+        || (v instanceof UInt2Vector && declared.equals(DataTypes.IntegerType))
+        || (v instanceof UInt4Vector && declared.equals(DataTypes.LongType))
+        || (v instanceof UInt8Vector && declared.equals(DataTypes.createDecimalType(20, 0)))
+        || (v instanceof Float2Vector && declared.equals(DataTypes.FloatType))
+        || (v instanceof DateMilliVector && declared.equals(DataTypes.DateType))
+        || (v instanceof FixedSizeBinaryVector && declared.equals(DataTypes.BinaryType));
   }
 
   @Override
