@@ -6,11 +6,17 @@ task surfaces as a Python traceback wrapped in a Java one). Names follow
 Spark's Kafka source where the meaning is the same (``startingOffsets``,
 ``failOnDataLoss``, ``maxRecordsPerTrigger``); Spark passes them
 case-insensitively, so they are matched lowercased.
+
+In url mode the token defaults to the environment variable ``PLATEAU_TOKEN``
+(what ``plateau spark-conf --mode url`` puts in the pods from the node's
+Secret), read where the read is planned, on the driver: the token then travels
+with the plan to the tasks, as a ``token`` option does.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,6 +31,7 @@ LATEST = -1  # Kafka's: a partition's end (the next index to be appended)
 DEFAULT_URL_PAGE_ROWS = 10_000  # the node's largest page_size
 DEFAULT_URL_SPLIT_ROWS = 4_000_000
 DEFAULT_BYTES_PER_TASK = 128 * 1024 * 1024  # as Spark's spark.sql.files.maxPartitionBytes
+TOKEN_ENV = "PLATEAU_TOKEN"  # url mode's token when no option 'token' is given (as the CLI's)
 
 OffsetSpec = Literal["earliest", "latest"] | dict[str, int]
 
@@ -87,7 +94,7 @@ class SourceOptions:
 KNOWN = {
     "path": "a node's data directory (read-only is enough)",
     "url": "a node's HTTP address, e.g. http://plateau-a.ns:3030",
-    "token": "the node's read token (url mode)",
+    "token": f"the node's read token (url mode; default: ${TOKEN_ENV})",
     "topic": "the topic to read",
     "partitions": "partition names, comma-separated or a JSON list, or regex:<pattern>",
     "startingoffsets": 'earliest, latest or JSON {"partition": index}; -2 earliest, -1 latest',
@@ -148,7 +155,7 @@ def parse(options: Mapping[str, Any]) -> SourceOptions:
         topic=topic,
         path=path,
         url=url.rstrip("/") if url else None,
-        token=_text(opts, "token"),
+        token=_token(opts) if url else None,
         partitions=_partitions(opts),
         starting=_offsets(opts, "startingoffsets", "startingOffsets", ending=False),
         ending=_offsets(opts, "endingoffsets", "endingOffsets", ending=True),
@@ -172,6 +179,11 @@ def _text(opts: dict[str, Any], key: str) -> str | None:
         return None
     text = str(value).strip()
     return text or None
+
+
+def _token(opts: dict[str, Any]) -> str | None:
+    """The option, else ``$PLATEAU_TOKEN`` (blank: none)."""
+    return _text(opts, "token") or (os.environ.get(TOKEN_ENV, "").strip() or None)
 
 
 def _names(opts: dict[str, Any], key: str) -> tuple[str, ...] | None:

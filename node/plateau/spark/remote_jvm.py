@@ -138,11 +138,12 @@ def read_url(spark: SparkSession, raw: Mapping[str, Any]) -> DataFrame:
         why = f"plateau's jar is not on the session's classpath (spark.jars={JAR})"
     if why is not None:
         log.warning("read_topic over %s: %s; reading through format('plateau')", options.url, why)
-        return (
-            spark.read.format("plateau")
-            .options(**{k: v for k, v in raw.items() if v is not None})
-            .load()
-        )
+        given = {k: v for k, v in raw.items() if v is not None}
+        if options.token:
+            # as resolved here: $PLATEAU_TOKEN is this process's, and format("plateau")
+            # plans in a Python worker that has the JVM's environment, not this one's
+            given["token"] = options.token
+        return spark.read.format("plateau").options(**given).load()
     fields = topic_fields(data)
     table = pa.schema([*fields, META_ARROW.field(PARTITION), META_ARROW.field(INDEX)])
     df = (
