@@ -326,10 +326,11 @@ def test_admin_topic_round_trip(client: httpx.Client) -> None:
     assert config["partitions"] == 2
     assert config["retention"] == {"max_bytes": 50_000_000, "max_age_seconds": 3600}
     assert config["segment"]["format"] in ("parquet", "arrow")
+    assert (config["owner"], config["claim"], config["previous_owner"]) == (None, "created", None)
 
     again = client.put(f"/admin/topics/{topic}", json=desired)
     assert again.status_code == 200
-    assert again.json() == config
+    assert again.json() == {**config, "claim": "unowned"}  # same config, ownerless topic
 
     # Partial: only the segment format changes, the budget stays.
     r = client.put(f"/admin/topics/{topic}", json={"segment": {"format": "arrow"}})

@@ -67,7 +67,10 @@ def assert_error(r: httpx.Response | Any, status: int) -> dict[str, Any]:
     raw = r.content if isinstance(r, httpx.Response) else r.read()
     assert code == status, raw
     body: dict[str, Any] = json.loads(raw)
-    assert set(body) == {"message", "code"}, body
+    # a 409 also names the rule that refused it (and an owner conflict, the owner)
+    extra = {"reason", "owner"} if status == 409 else set()
+    assert {"message", "code"} <= set(body) <= {"message", "code"} | extra, body
+    assert status != 409 or isinstance(body["reason"], str), body
     assert body["code"] == status
     assert isinstance(body["message"], str) and body["message"]
     return body
@@ -417,6 +420,7 @@ def test_budget_that_does_not_fit_is_409_and_changes_nothing(tmp_path: Any) -> N
         r = httpx.put(url, json={"retention": {"max_bytes": 10_000_000_000}}, headers=AUTH)
         body = assert_error(r, 409)
         assert "budget" in body["message"].lower() or "capacity" in body["message"].lower()
+        assert body["reason"] == "OverBudget"
         r = httpx.put(
             f"{proc.url}/admin/topics/other",
             json={"retention": {"max_bytes": 10_000_000_000}},

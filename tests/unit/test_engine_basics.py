@@ -109,10 +109,10 @@ def test_budgets_must_fit_the_node(make_engine: EngineFactory) -> None:
 
 def test_put_topic_is_idempotent_and_partial(make_engine: EngineFactory) -> None:
     e = make_engine()
-    _, created = e.put_topic("t", cfg(partitions=2, segment={"format": "arrow"}))
-    assert created
-    again, created = e.put_topic("t", cfg(retention={"max_bytes": 5000}))
-    assert not created
+    assert e.put_topic("t", cfg(partitions=2, segment={"format": "arrow"})).created
+    result = e.put_topic("t", cfg(retention={"max_bytes": 5000}))
+    assert not result.created
+    again = result.config
     assert again.partitions == 2 and again.segment.format == "arrow"
     assert again.retention.max_bytes == 5000
 

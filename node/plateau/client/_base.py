@@ -122,6 +122,8 @@ class ClientBase:
         segment_max_bytes: int | None = None,
         segment_max_age_seconds: float | None = None,
         segment_compression: str | None = None,
+        owner: Mapping[str, str] | None = None,
+        adopt: bool = False,
         body: Mapping[str, Any] | None = None,
     ) -> ops.Op[dict[str, Any] | None]:
         request = dict(body or {})
@@ -135,6 +137,8 @@ class ClientBase:
                 segment_max_bytes,
                 segment_max_age_seconds,
                 segment_compression,
+                owner,
+                adopt,
             )
         )
         return ops.admin(self._state, "PUT", f"/admin/topics/{quote_name(topic)}", request)
@@ -142,8 +146,11 @@ class ClientBase:
     def _get_topic(self, topic: str) -> ops.Op[dict[str, Any] | None]:
         return ops.admin(self._state, "GET", f"/admin/topics/{quote_name(topic)}")
 
-    def _delete_topic(self, topic: str) -> ops.Op[dict[str, Any] | None]:
-        return ops.admin(self._state, "DELETE", f"/admin/topics/{quote_name(topic)}")
+    def _delete_topic(
+        self, topic: str, owner_uid: str | None = None
+    ) -> ops.Op[dict[str, Any] | None]:
+        params = [] if owner_uid is None else [("owner_uid", owner_uid)]
+        return ops.admin(self._state, "DELETE", f"/admin/topics/{quote_name(topic)}", params=params)
 
     def _node_info(self) -> ops.Op[dict[str, Any] | None]:
         return ops.admin(self._state, "GET", "/admin/node")

@@ -172,6 +172,8 @@ class AsyncPlateauClient(ClientBase):
         segment_max_bytes: int | None = None,
         segment_max_age_seconds: float | None = None,
         segment_compression: str | None = None,
+        owner: Mapping[str, str] | None = None,
+        adopt: bool = False,
         body: Mapping[str, Any] | None = None,
     ) -> dict[str, Any] | None:
         return await self._run(
@@ -185,6 +187,8 @@ class AsyncPlateauClient(ClientBase):
                 segment_max_bytes=segment_max_bytes,
                 segment_max_age_seconds=segment_max_age_seconds,
                 segment_compression=segment_compression,
+                owner=owner,
+                adopt=adopt,
                 body=body,
             )
         )
@@ -192,8 +196,8 @@ class AsyncPlateauClient(ClientBase):
     async def get_topic(self, topic: str) -> dict[str, Any] | None:
         return await self._run(self._get_topic(topic))
 
-    async def delete_topic(self, topic: str) -> None:
-        await self._run(self._delete_topic(topic))
+    async def delete_topic(self, topic: str, owner_uid: str | None = None) -> None:
+        await self._run(self._delete_topic(topic, owner_uid))
 
     async def node_info(self) -> dict[str, Any] | None:
         return await self._run(self._node_info())

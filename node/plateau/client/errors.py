@@ -59,7 +59,26 @@ class NotFoundError(PlateauClientError):
 
 
 class ConflictError(PlateauClientError):
-    """409: valid request contradicting node state, e.g. a budget over the node's capacity."""
+    """409: valid request refused by a rule of the node; nothing was changed.
+
+    ``reason`` names the rule, so a caller can react without parsing the
+    message: ``"OverBudget"`` (a new or raised budget does not fit the node),
+    ``"PartitionsDecrease"``, ``"OwnerConflict"`` (another owner holds the
+    topic; ``owner`` is that owner as a dict, ``None`` for an ownerless topic).
+    Both are ``None`` when the node sent no such field (an older node).
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        code: str | None = None,
+        reason: str | None = None,
+        owner: dict[str, Any] | None = None,
+    ) -> None:
+        super().__init__(status, message, code)
+        self.reason = reason
+        self.owner = owner
 
 
 class PayloadTooLargeError(PlateauClientError):
@@ -129,14 +148,21 @@ def _header_number(response: httpx.Response, name: str) -> float | None:
         return None  # Retry-After may be an HTTP date; treat it as unknown
 
 
-def error_message(response: httpx.Response) -> tuple[str, str | None]:
-    """The node's ``{"message","code"}``, or a short excerpt of whatever came back."""
+def error_body(response: httpx.Response) -> dict[str, Any] | None:
+    """The error reply's JSON object, or ``None`` when it is not one."""
     text = response.text
     try:
         body: Any = json.loads(text) if text else None
     except ValueError:
-        body = None
-    if isinstance(body, dict):
+        return None
+    return body if isinstance(body, dict) else None
+
+
+def error_message(response: httpx.Response) -> tuple[str, str | None]:
+    """The node's ``{"message","code"}``, or a short excerpt of whatever came back."""
+    text = response.text
+    body = error_body(response)
+    if body is not None:
         message = body.get("message") or body.get("detail")
         code = body.get("code")
         if message is not None:
@@ -155,4 +181,14 @@ def error_from_response(response: httpx.Response) -> PlateauClientError:
         return PayloadTooLargeError(status, message, code, int(size) if size else None)
     if status == 429:
         return BusyError(status, message, code, _header_number(response, "retry-after"))
+    if status == 409:
+        body = error_body(response) or {}
+        reason, owner = body.get("reason"), body.get("owner")
+        return ConflictError(
+            status,
+            message,
+            code,
+            reason if isinstance(reason, str) else None,
+            owner if isinstance(owner, dict) else None,
+        )
     return _BY_STATUS.get(status, PlateauClientError)(status, message, code)

@@ -288,11 +288,16 @@ def iterate(
 
 
 def admin(
-    state: ClientState, method: str, path: str, body: Any = None
+    state: ClientState,
+    method: str,
+    path: str,
+    body: Any = None,
+    params: Sequence[tuple[str, str]] = (),
 ) -> Op[dict[str, Any] | None]:
     call = Call(
         method,
         path,
+        params=params,
         headers={"content-type": JSON} if body is not None else {},
         json=body,
         safe_to_repeat=method in ("GET", "PUT"),

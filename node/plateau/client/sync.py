@@ -206,9 +206,17 @@ class PlateauClient(ClientBase):
         segment_max_bytes: int | None = None,
         segment_max_age_seconds: float | None = None,
         segment_compression: str | None = None,
+        owner: Mapping[str, str] | None = None,
+        adopt: bool = False,
         body: Mapping[str, Any] | None = None,
     ) -> dict[str, Any] | None:
-        """Create or update a topic; only the fields given change (idempotent)."""
+        """Create or update a topic; only the fields given change (idempotent).
+
+        ``owner`` (kind, namespace, name, uid) claims the topic; another owner's
+        claim is refused with ``ConflictError`` (``reason="OwnerConflict"``)
+        unless ``adopt``. The reply carries ``owner``, ``claim`` and
+        ``previous_owner`` beside the resolved config.
+        """
         return self._run(
             self._put_topic(
                 topic,
@@ -220,6 +228,8 @@ class PlateauClient(ClientBase):
                 segment_max_bytes=segment_max_bytes,
                 segment_max_age_seconds=segment_max_age_seconds,
                 segment_compression=segment_compression,
+                owner=owner,
+                adopt=adopt,
                 body=body,
             )
         )
@@ -228,9 +238,10 @@ class PlateauClient(ClientBase):
         """A topic's configuration and usage."""
         return self._run(self._get_topic(topic))
 
-    def delete_topic(self, topic: str) -> None:
-        """Delete a topic and all its data."""
-        self._run(self._delete_topic(topic))
+    def delete_topic(self, topic: str, owner_uid: str | None = None) -> None:
+        """Delete a topic and all its data; with ``owner_uid``, only if that owner holds it
+        (else ``ConflictError``, ``reason="OwnerConflict"``, nothing deleted)."""
+        self._run(self._delete_topic(topic, owner_uid))
 
     def node_info(self) -> dict[str, Any] | None:
         """The node's capacity, allocated and used bytes."""

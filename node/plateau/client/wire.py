@@ -289,14 +289,23 @@ def topic_request(
     segment_max_bytes: int | None = None,
     segment_max_age_seconds: float | None = None,
     segment_compression: str | None = None,
+    owner: Mapping[str, str] | None = None,
+    adopt: bool = False,
 ) -> dict[str, Any]:
     """Body of ``PUT /admin/topics/{t}`` holding only the fields given.
 
     Fields left out keep their current value on the node, so a caller can
     manage one knob without knowing the others; ``max_age_seconds=None``
-    explicitly removes the age limit.
+    explicitly removes the age limit. ``owner`` (kind, namespace, name, uid)
+    claims the topic for a resource, ``adopt`` takes it over from an ownerless
+    topic or another owner; without ``owner`` the request is an admin's and
+    leaves the owner as it is.
     """
     body: dict[str, Any] = {}
+    if owner is not None:
+        body["owner"] = dict(owner)
+    if adopt:
+        body["adopt"] = True
     if partitions is not None:
         body["partitions"] = partitions
     retention: dict[str, Any] = {}

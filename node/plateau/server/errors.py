@@ -1,5 +1,8 @@
 """One error shape for every route: JSON ``{"message", "code"}``.
 
+A 409 adds ``reason`` (which rule refused it) and an owner conflict the
+stored ``owner``: the fields of ``PlateauError.details``.
+
 plateau's clients parse this body on any non-2xx reply, so engine errors,
 FastAPI's validation errors and Starlette's routing errors (404/405) all go
 through the handlers installed here instead of FastAPI's defaults (which
@@ -45,9 +48,13 @@ class NotAcceptable(PlateauError):
 
 
 def error_response(
-    status: int, message: str, headers: Mapping[str, str] | None = None
+    status: int,
+    message: str,
+    headers: Mapping[str, str] | None = None,
+    details: Mapping[str, object] | None = None,
 ) -> JSONResponse:
-    return JSONResponse({"message": message, "code": status}, status, headers=headers)
+    body = {**(details or {}), "message": message, "code": status}
+    return JSONResponse(body, status, headers=headers)
 
 
 def error_headers(exc: PlateauError) -> dict[str, str]:
@@ -82,7 +89,7 @@ def describe_validation_errors(errors: Sequence[Any]) -> str:
 def plateau_error_response(exc: PlateauError, request: StarletteRequest) -> JSONResponse:
     if exc.status >= 500:
         log.warning("%s %s -> %d: %s", request.method, request.url.path, exc.status, exc.message)
-    return error_response(exc.status, exc.message, error_headers(exc))
+    return error_response(exc.status, exc.message, error_headers(exc), exc.details())
 
 
 def unexpected_error_response(exc: Exception, request: StarletteRequest) -> JSONResponse:

@@ -6,17 +6,32 @@ models document what they send and are what the admin routes validate against.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from plateau.storage.topic_config import TopicConfig
+from plateau.storage.ownership import Claim
+from plateau.storage.topic_config import TopicConfig, TopicOwner
 from plateau.storage.types import RecordStatus
 
 
 class ErrorReply(BaseModel):
     message: str = Field(description="What went wrong, for a human.")
     code: int = Field(description="The HTTP status, repeated.")
+
+
+class ConflictReply(ErrorReply):
+    """A 409: the request was valid but refused by a rule; nothing was changed."""
+
+    reason: Literal["OverBudget", "PartitionsDecrease", "OwnerConflict"] = Field(
+        description="OverBudget: a new or raised budget does not fit the node's capacity "
+        "minus reserve. PartitionsDecrease: fewer partitions than the topic has. "
+        "OwnerConflict: another owner holds the topic (or none, and adopt was not set)."
+    )
+    owner: TopicOwner | None = Field(
+        default=None,
+        description="OwnerConflict only: the topic's stored owner (null: ownerless topic).",
+    )
 
 
 class SpanModel(BaseModel):
@@ -76,9 +91,29 @@ class TopicUsageModel(BaseModel):
     partitions: dict[str, PartitionUsageModel]
 
 
+OWNER_DOC = "The resource that owns the topic; null for an ownerless topic."
+
+
+class TopicPutReply(TopicConfig):
+    """The resolved configuration after a PUT, and how the request stood to the owner."""
+
+    owner: TopicOwner | None = Field(description=OWNER_DOC)
+    claim: Claim = Field(
+        description="created: the topic was new (owner as sent, or none). unowned / admin: no "
+        "owner in the request (an admin's), the topic has none / the stored owner is kept. "
+        "owned: the request's owner holds the topic. reclaimed: same kind, namespace and name "
+        "with a new uid (a re-created resource), uid replaced. adopted: adopt took over an "
+        "ownerless topic or another owner's."
+    )
+    previous_owner: TopicOwner | None = Field(
+        description="The owner before this request when it changed, else null."
+    )
+
+
 class TopicStatus(TopicConfig):
     """A topic's resolved configuration plus what it stores now."""
 
+    owner: TopicOwner | None = Field(description=OWNER_DOC)
     usage: TopicUsageModel
 
 
@@ -109,4 +144,8 @@ ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {
     400: {"model": ErrorReply, "description": "Bad input; nothing was changed."},
     401: {"model": ErrorReply, "description": "Missing or wrong bearer token."},
     404: {"model": ErrorReply, "description": "Unknown topic."},
+}
+CONFLICT_RESPONSE: dict[str, Any] = {
+    "model": ConflictReply,
+    "description": "Refused by a rule (see reason); nothing was changed.",
 }

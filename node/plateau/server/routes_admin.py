@@ -5,14 +5,18 @@ keep their value), so a reconcile loop can send the desired state every time.
 The body is parsed here, after the token check, rather than by FastAPI (which
 would parse it before any dependency runs and answer a stranger's malformed
 JSON before telling them they lack a token).
+
+Each topic has at most one owner (a ``PlateauTopic``, recorded by the node):
+a PUT naming another owner, or a DELETE naming another owner's uid, is
+refused with 409 ``OwnerConflict`` (``plateau.storage.ownership``).
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from typing import Annotated, Any
 
-from fastapi import APIRouter, Request, Response
+from fastapi import APIRouter, Query, Request, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
@@ -20,12 +24,19 @@ from plateau.server.auth import WriteAccess
 from plateau.server.body import read_body
 from plateau.server.errors import describe_validation_errors
 from plateau.server.jsonout import json_reply
-from plateau.server.models import ERROR_RESPONSES, NodeUsageModel, TopicStatus
+from plateau.server.models import (
+    CONFLICT_RESPONSE,
+    ERROR_RESPONSES,
+    NodeUsageModel,
+    TopicPutReply,
+    TopicStatus,
+)
 from plateau.server.state import node_state
 from plateau.storage.engine import Engine
 from plateau.storage.errors import InvalidInput
 from plateau.storage.names import check_name
-from plateau.storage.topic_config import TopicConfig, TopicConfigRequest
+from plateau.storage.ownership import owner_json
+from plateau.storage.topic_config import TopicConfigRequest
 
 router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[WriteAccess])
 
@@ -48,12 +59,15 @@ def parse_config_request(body: bytes) -> TopicConfigRequest:
     summary="Create or update a topic",
     description="Every field is optional: one left out keeps its current value (or takes the "
     "node's default for a new topic). 201 when created, 200 when updated; the reply is the "
-    "resolved configuration. 409 when the retention budget does not fit the node.",
-    response_model=TopicConfig,
+    "resolved configuration with the owner and how the request stood to it (claim). "
+    "409 (nothing changed) with reason OwnerConflict when another owner holds the topic, "
+    "PartitionsDecrease for fewer partitions, OverBudget when a new or raised budget does "
+    "not fit the node. A request that keeps or lowers the budget is never OverBudget.",
+    response_model=TopicPutReply,
     responses={
         **ERROR_RESPONSES,
-        201: {"model": TopicConfig, "description": "Created."},
-        409: {"description": "The budget does not fit the node's capacity."},
+        201: {"model": TopicPutReply, "description": "Created."},
+        409: CONFLICT_RESPONSE,
     },
     openapi_extra={
         "requestBody": {
@@ -66,9 +80,9 @@ async def put_topic(request: Request, topic: str) -> Response:
     check_name("topic", topic)
     config_request = parse_config_request(await read_body(request, MAX_CONFIG_BYTES))
     state = node_state(request)
-    config, created = await run_in_threadpool(state.engine.put_topic, topic, config_request)
+    result = await run_in_threadpool(state.engine.put_topic, topic, config_request)
     state.pages.forget(topic)  # pages prepared ahead under the old config
-    return json_reply(config.model_dump(mode="json"), 201 if created else 200)
+    return json_reply(result.to_json(), 201 if result.created else 200)
 
 
 @router.get(
@@ -83,7 +97,7 @@ async def get_topic(request: Request, topic: str) -> Response:
 
 
 def _topic_status(engine: Engine, topic: str) -> dict[str, Any]:
-    config = engine.get_topic(topic)
+    config, owner = engine.topic_state(topic)
     usage = engine.topic_usage(topic)
     partitions = {
         name: {
@@ -98,6 +112,7 @@ def _topic_status(engine: Engine, topic: str) -> dict[str, Any]:
     }
     return {
         **config.model_dump(mode="json"),
+        "owner": owner_json(owner),
         "usage": {
             "bytes": usage.bytes,
             "records": usage.records,
@@ -111,14 +126,23 @@ def _topic_status(engine: Engine, topic: str) -> dict[str, Any]:
 @router.delete(
     "/topics/{topic:path}",
     summary="Delete a topic and all its data",
+    description="With owner_uid, only if the topic's owner has that uid: else 409 "
+    "OwnerConflict and nothing is deleted (an owner never deletes a topic another took).",
     status_code=204,
     response_class=Response,
-    responses=ERROR_RESPONSES,
+    responses={**ERROR_RESPONSES, 409: CONFLICT_RESPONSE},
 )
-async def delete_topic(request: Request, topic: str) -> Response:
+async def delete_topic(
+    request: Request,
+    topic: str,
+    owner_uid: Annotated[
+        str | None,
+        Query(min_length=1, description="Delete only if the topic's owner has this uid."),
+    ] = None,
+) -> Response:
     check_name("topic", topic)
     state = node_state(request)
-    await run_in_threadpool(state.engine.delete_topic, topic)
+    await run_in_threadpool(state.engine.delete_topic, topic, owner_uid)
     state.pages.forget(topic)
     return Response(status_code=204)
 

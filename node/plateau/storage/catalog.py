@@ -6,6 +6,9 @@ whole length; nothing on the data path waits for it except the first append
 to a new topic or partition. The dicts themselves are guarded by leaf locks
 (``topics_lock``, a topic's ``lock``) held only to read or change the dict.
 See ``plateau.storage.locks`` for the order.
+
+Who owns a topic is decided under ``admin_lock`` too, together with the
+write (``plateau.storage.ownership``): a refused claim changes nothing.
 """
 
 from __future__ import annotations
@@ -17,12 +20,13 @@ from pathlib import Path
 from typing import Any
 
 from plateau.metrics import TOPIC_BUDGET_BYTES
-from plateau.storage.errors import Conflict, NotFound
+from plateau.storage.errors import NotFound, OverBudget, PartitionsDecrease
 from plateau.storage.locks import Rank, ranked
 from plateau.storage.manifest import Manifest, SegmentRow
 from plateau.storage.names import check_name
+from plateau.storage.ownership import Claimed, check_delete, decide, owner_json
 from plateau.storage.partition import Partition
-from plateau.storage.topic_config import TopicConfig, TopicConfigRequest
+from plateau.storage.topic_config import TopicConfig, TopicConfigRequest, TopicOwner
 from plateau.storage.types import Index
 
 PartitionFactory = Callable[[str, str, Index, list[SegmentRow]], Partition]
@@ -31,11 +35,17 @@ PartitionFactory = Callable[[str, str, Index, list[SegmentRow]], Partition]
 @dataclass
 class Topic:
     name: str
-    config: TopicConfig
+    config: TopicConfig  # config and owner: changed together under ``lock`` (see ``state``)
+    owner: TopicOwner | None = None
     partitions: dict[str, Partition] = field(default_factory=dict)
     lock: Any = field(default_factory=lambda: ranked(Rank.TOPIC, "topic"))  # the dict only
     retention_lock: Any = field(default_factory=lambda: ranked(Rank.RETENTION, "retention"))
     deleted: bool = False  # set under retention_lock by Catalog.delete
+
+    def state(self) -> tuple[TopicConfig, TopicOwner | None]:
+        """Config and owner as one PUT left them (never one from before it, one from after)."""
+        with self.lock:
+            return self.config, self.owner
 
     def by_name(self) -> dict[str, Partition]:
         with self.lock:
@@ -44,6 +54,23 @@ class Topic:
     def all(self) -> list[Partition]:
         with self.lock:
             return list(self.partitions.values())
+
+
+@dataclass(frozen=True)
+class PutResult:
+    """What a ``PUT /admin/topics/{t}`` did: the resolved config and the owner decision."""
+
+    config: TopicConfig
+    created: bool
+    claimed: Claimed
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            **self.config.model_dump(mode="json"),
+            "owner": owner_json(self.claimed.owner),
+            "claim": self.claimed.claim.value,
+            "previous_owner": owner_json(self.claimed.previous_owner),
+        }
 
 
 class Catalog:
@@ -66,8 +93,9 @@ class Catalog:
 
     def load(self, recovered: dict[tuple[str, str], list[SegmentRow]]) -> None:
         """The topics the manifest holds, with the sealed segments recovery found."""
+        owners = self._manifest.owners()
         for name, config in self._manifest.topics().items():
-            topic = Topic(name, config)
+            topic = Topic(name, config, owners.get(name))
             for pname, next_index in self._manifest.partitions(name).items():
                 topic.partitions[pname] = self._make_partition(
                     name, pname, next_index, recovered.get((name, pname), [])
@@ -99,8 +127,9 @@ class Catalog:
         return [p for t in self.current() for p in t.all()]
 
     # --- changing it (under admin_lock) ---------------------------------------------
-    def put(self, topic: str, request: TopicConfigRequest) -> tuple[Topic, bool]:
-        """Create or update; returns (topic, created). 409 if the budget does not fit."""
+    def put(self, topic: str, request: TopicConfigRequest) -> tuple[Topic, PutResult]:
+        """Create or update; 409 (nothing changed) for another owner's topic, fewer
+        partitions, or a raised budget that does not fit."""
         with self.admin_lock:
             return self._put_locked(topic, request)
 
@@ -119,17 +148,22 @@ class Catalog:
 
     def _put_locked(
         self, topic: str, request: TopicConfigRequest, numbered: bool = True
-    ) -> tuple[Topic, bool]:
+    ) -> tuple[Topic, PutResult]:
         existing = self.find(topic)
-        config = request.apply_to(existing.config if existing else self._defaults, self._defaults)
-        if existing is not None and config.partitions < existing.config.partitions:
-            raise Conflict(
-                f"topic {topic!r} has {existing.config.partitions} partitions and partitions "
+        base, stored = existing.state() if existing else (self._defaults, None)
+        claimed = decide(topic, existing is not None, stored, request.owner, request.adopt)
+        config = request.apply_to(base, self._defaults)
+        if existing is not None and config.partitions < base.partitions:
+            raise PartitionsDecrease(
+                f"topic {topic!r} has {base.partitions} partitions and partitions "
                 f"never decrease (asked: {config.partitions}); records stay at their indexes"
             )
-        self._check_budget(topic, config)
+        # Only a new or raised budget must fit: a node over its limit (reserve raised,
+        # volume shrunk) still takes the same config, or a cut on the way back under it.
+        if existing is None or config.retention.max_bytes > base.retention.max_bytes:
+            self._check_budget(topic, config)
         names = [str(i) for i in range(config.partitions)] if numbered else []
-        next_indexes = self._manifest.put_topic(topic, config, names)
+        next_indexes = self._manifest.put_topic(topic, config, claimed.owner, names)
         t = existing or Topic(topic, config)
         have = set(t.by_name())
         added = {
@@ -137,18 +171,19 @@ class Catalog:
         }
         with t.lock:
             t.config = config
+            t.owner = claimed.owner
             t.partitions.update(added)
         with self._topics_lock:
             self._topics[topic] = t
         TOPIC_BUDGET_BYTES.labels(topic).set(config.retention.max_bytes)
-        return t, existing is None
+        return t, PutResult(config, existing is None, claimed)
 
     def _check_budget(self, topic: str, config: TopicConfig) -> None:
         cap, reserve = self._capacity()
         others = sum(t.config.retention.max_bytes for t in self.current() if t.name != topic)
         allowed = cap - reserve
         if others + config.retention.max_bytes > allowed:
-            raise Conflict(
+            raise OverBudget(
                 f"topic {topic!r} budget of {config.retention.max_bytes} bytes does not fit: "
                 f"node capacity {cap} minus reserve {reserve} leaves {allowed - others} bytes "
                 f"beside the {others} bytes allocated to other topics"
@@ -172,19 +207,25 @@ class Catalog:
                     t.partitions[partition] = p
             return p
 
-    def delete(self, topic: str) -> tuple[list[Partition], Path | None]:
+    def delete(
+        self, topic: str, owner_uid: str | None = None
+    ) -> tuple[list[Partition], Path | None]:
         """Remove the topic from the catalog and the manifest; returns its partitions and
         the directory its files were moved to (the caller removes it, outside any lock).
 
+        With ``owner_uid``, only if that owner holds the topic (else 409, nothing
+        deleted): an owner's finalizer never deletes a topic another owner took.
         Its partitions' next indexes stay in the manifest, so a topic created
         again under the name continues from them: an index is never reused.
         """
         check_name("topic", topic)
         with self.admin_lock:
-            with self._topics_lock:
-                t = self._topics.pop(topic, None)
+            t = self.find(topic)  # only this method removes topics, under admin_lock
             if t is None:
                 raise NotFound(f"topic {topic!r} does not exist")
+            check_delete(topic, t.owner, owner_uid)  # raises with nothing removed
+            with self._topics_lock:
+                del self._topics[topic]
             with t.retention_lock:
                 t.deleted = True
                 parts = t.all()

@@ -33,7 +33,7 @@ from plateau.metrics import (
 )
 from plateau.settings import StorageSettings
 from plateau.storage import reading, retention
-from plateau.storage.catalog import Catalog, Topic
+from plateau.storage.catalog import Catalog, PutResult, Topic
 from plateau.storage.errors import InsufficientStorage, NotFound, Unavailable
 from plateau.storage.files import BALLAST, Ballast
 from plateau.storage.focus import DataFocus
@@ -46,7 +46,7 @@ from plateau.storage.progress import Progress
 from plateau.storage.reader_cache import ReaderCache
 from plateau.storage.recovery import recover
 from plateau.storage.snapshot import SnapshotWriter
-from plateau.storage.topic_config import TopicConfig, TopicConfigRequest
+from plateau.storage.topic_config import TopicConfig, TopicConfigRequest, TopicOwner
 from plateau.storage.types import (
     Index,
     NodeUsage,
@@ -187,23 +187,30 @@ class Engine:
     def get_topic(self, topic: str) -> TopicConfig:
         return self._topic(topic).config
 
+    def topic_state(self, topic: str) -> tuple[TopicConfig, TopicOwner | None]:
+        """A topic's config and owner, as one consistent pair."""
+        return self._topic(topic).state()
+
     def capacity(self) -> tuple[int, int]:
         """(capacity, reserve) in bytes: configured, else the volume's size."""
         cap = self.settings.capacity_bytes or shutil.disk_usage(self.data_dir).total
         return cap, int(cap * self.settings.reserve_fraction)
 
-    def put_topic(self, topic: str, request: TopicConfigRequest) -> tuple[TopicConfig, bool]:
-        """Create or update; returns (config, created). 409 if the budget does not fit."""
+    def put_topic(self, topic: str, request: TopicConfigRequest) -> PutResult:
+        """Create or update; the result has the config, whether it was created and the
+        owner decision. 409 (nothing changed) for another owner's topic, fewer partitions
+        or a raised budget that does not fit."""
         check_name("topic", topic)
         with self.progress.track(f"put topic {topic}"):
-            t, created = self._catalog.put(topic, request)
+            t, result = self._catalog.put(topic, request)
             self._enforce(t, publish=True)  # a lowered budget takes effect at once
-        return t.config, created
+        return result
 
-    def delete_topic(self, topic: str) -> None:
-        """Remove the topic and all its data (its indexes are kept). NotFound if missing."""
+    def delete_topic(self, topic: str, owner_uid: str | None = None) -> None:
+        """Remove the topic and all its data (its indexes are kept). NotFound if missing;
+        with ``owner_uid``, 409 (nothing deleted) unless that owner holds the topic."""
         with self.progress.track(f"delete topic {topic}"):
-            parts, trash = self._catalog.delete(topic)
+            parts, trash = self._catalog.delete(topic, owner_uid)
             for p in parts:
                 for row in p.view().sealed:
                     self._cache.evict(row.id)

@@ -17,6 +17,10 @@ class PlateauError(Exception):
         super().__init__(message)
         self.message = message
 
+    def details(self) -> dict[str, object]:
+        """Fields the error body carries beside ``message`` and ``code`` (none by default)."""
+        return {}
+
 
 class InvalidInput(PlateauError):
     """The request itself is wrong (name, schema, body, parameter)."""
@@ -29,9 +33,48 @@ class NotFound(PlateauError):
 
 
 class Conflict(PlateauError):
-    """The request is valid but contradicts node state (for example a budget that does not fit)."""
+    """The request is valid but contradicts node state; nothing was changed.
+
+    A 409 always says which rule refused it in ``reason`` (a subclass per
+    rule), so a program (the operator) can branch on it without parsing the
+    message: a budget over capacity calls for a smaller budget, an owner
+    conflict for leaving the topic alone.
+    """
 
     status = 409
+    reason = "Conflict"
+
+    def details(self) -> dict[str, object]:
+        return {"reason": self.reason}
+
+
+class OverBudget(Conflict):
+    """The topic's budget, raised or new, does not fit the node's capacity minus reserve."""
+
+    reason = "OverBudget"
+
+
+class PartitionsDecrease(Conflict):
+    """Fewer partitions than the topic has: records stay at their indexes, so never."""
+
+    reason = "PartitionsDecrease"
+
+
+class OwnerConflict(Conflict):
+    """Another owner (or none, for a claim without ``adopt``) holds the topic.
+
+    ``owner`` is the stored owner as JSON (``None`` for an ownerless topic), so
+    the refused claimant can say who holds it.
+    """
+
+    reason = "OwnerConflict"
+
+    def __init__(self, message: str, owner: dict[str, str] | None) -> None:
+        super().__init__(message)
+        self.owner = owner
+
+    def details(self) -> dict[str, object]:
+        return {"reason": self.reason, "owner": self.owner}
 
 
 class PayloadTooLarge(PlateauError):

@@ -16,6 +16,11 @@ Durability ordering (kept by the callers, checked by recovery):
   starts from there: ``(topic, partition, index)`` names one record forever,
   also across deletion and re-creation.
 
+Each topic row carries its owner (``owner_*`` columns, all null for an
+ownerless topic), written in the transaction that writes its config. A
+manifest from before owners existed gets the columns added at open
+(``_migrate``): its topics stay, ownerless.
+
 WAL mode with ``synchronous=FULL``: one fsync per commit, and commits happen
 per segment (open, seal, delete), never per append.
 """
@@ -28,14 +33,18 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from plateau.storage.locks import Rank, ranked
-from plateau.storage.topic_config import TopicConfig
+from plateau.storage.topic_config import TopicConfig, TopicOwner
 from plateau.storage.types import Index, SegmentId
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS topics (
     name TEXT PRIMARY KEY,
     config TEXT NOT NULL,
-    created_at REAL NOT NULL
+    created_at REAL NOT NULL,
+    owner_kind TEXT,
+    owner_namespace TEXT,
+    owner_name TEXT,
+    owner_uid TEXT
 );
 CREATE TABLE IF NOT EXISTS partitions (
     topic TEXT NOT NULL,
@@ -67,6 +76,16 @@ CREATE TABLE IF NOT EXISTS index_floors (
 CREATE INDEX IF NOT EXISTS segments_by_partition ON segments (topic, partition, first_index);
 """
 
+
+OWNER_COLUMNS = ("owner_kind", "owner_namespace", "owner_name", "owner_uid")
+SCHEMA_VERSION = 1  # PRAGMA user_version: 0 before topics had owners
+
+# Config and owner replaced together; created_at stays the first creation's.
+_UPSERT_TOPIC = (
+    f"INSERT INTO topics (name, config, created_at, {', '.join(OWNER_COLUMNS)}) "
+    "VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET config = excluded.config, "
+    + ", ".join(f"{c} = excluded.{c}" for c in OWNER_COLUMNS)
+)
 
 # A partition starts at the floor a deleted topic of the same name left, else at 0.
 _INSERT_PARTITION = (
@@ -127,6 +146,27 @@ class Manifest:
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute("PRAGMA synchronous=FULL")
         self._db.executescript(SCHEMA)
+        self._migrate()
+
+    def _migrate(self) -> None:
+        """Bring a manifest written by an older node up to ``SCHEMA_VERSION``, in one transaction.
+
+        ``CREATE TABLE IF NOT EXISTS`` leaves an existing table as it was, so
+        columns added since are added here; a crash midway leaves the old schema
+        (SQLite's ALTER TABLE is transactional) and the next start tries again.
+        A current manifest is not written to (a start on a full volume needs no space).
+        """
+        with self._lock:
+            (version,) = self._db.execute("PRAGMA user_version").fetchone()
+            if version >= SCHEMA_VERSION:
+                return
+            with self._db:
+                self._db.execute("BEGIN")
+                columns = {row[1] for row in self._db.execute("PRAGMA table_info(topics)")}
+                for column in OWNER_COLUMNS:
+                    if column not in columns:  # a topic made before owners: ownerless (null)
+                        self._db.execute(f"ALTER TABLE topics ADD COLUMN {column} TEXT")
+                self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def close(self) -> None:
         with self._lock:
@@ -138,15 +178,30 @@ class Manifest:
             rows = self._db.execute("SELECT name, config FROM topics ORDER BY name").fetchall()
         return {name: TopicConfig.model_validate_json(cfg) for name, cfg in rows}
 
-    def put_topic(self, name: str, config: TopicConfig, partitions: list[str]) -> dict[str, Index]:
-        """Store the config, create missing partitions; returns every partition's next index."""
+    def owners(self) -> dict[str, TopicOwner]:
+        """The owner of every topic that has one."""
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT name, {', '.join(OWNER_COLUMNS)} FROM topics WHERE owner_uid IS NOT NULL"
+            ).fetchall()
+        return {
+            name: TopicOwner(kind=kind, namespace=namespace, name=owner, uid=uid)
+            for name, kind, namespace, owner, uid in rows
+        }
+
+    def put_topic(
+        self,
+        name: str,
+        config: TopicConfig,
+        owner: TopicOwner | None,
+        partitions: list[str],
+    ) -> dict[str, Index]:
+        """Store the config and owner together, create missing partitions; returns every
+        partition's next index."""
+        owned = (owner.kind, owner.namespace, owner.name, owner.uid) if owner else (None,) * 4
         with self._lock, self._db:
             self._db.execute("BEGIN")
-            self._db.execute(
-                "INSERT INTO topics (name, config, created_at) VALUES (?, ?, ?) "
-                "ON CONFLICT (name) DO UPDATE SET config = excluded.config",
-                (name, config.model_dump_json(), time.time()),
-            )
+            self._db.execute(_UPSERT_TOPIC, (name, config.model_dump_json(), time.time(), *owned))
             self._db.executemany(_INSERT_PARTITION, [(name, p, name, p) for p in partitions])
             return self._next_indexes(name)
 

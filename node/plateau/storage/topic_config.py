@@ -77,6 +77,29 @@ class TopicConfig(BaseModel):
     segment: SegmentConfig = Field(default_factory=SegmentConfig)
 
 
+OWNER_FIELD_MAX = 256  # above Kubernetes' own limits (names 253, UIDs 36)
+
+
+class TopicOwner(BaseModel):
+    """The object that owns a topic, as the node records it (a ``PlateauTopic``).
+
+    The node keeps one owner per topic so that two custom resources naming the
+    same topic cannot both change or delete it (DESIGN.md 5.1). ``uid`` tells a
+    re-created resource (same kind, namespace and name) from the one before it.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    kind: str = Field(min_length=1, max_length=OWNER_FIELD_MAX, examples=["PlateauTopic"])
+    namespace: str = Field(min_length=1, max_length=OWNER_FIELD_MAX, examples=["team-a"])
+    name: str = Field(min_length=1, max_length=OWNER_FIELD_MAX, examples=["events"])
+    uid: str = Field(min_length=1, max_length=OWNER_FIELD_MAX)
+
+    def same_object(self, other: TopicOwner) -> bool:
+        """Same kind, namespace and name: the same resource, or one re-created under its name."""
+        return (self.kind, self.namespace, self.name) == (other.kind, other.namespace, other.name)
+
+
 class RetentionPatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
@@ -105,6 +128,9 @@ class TopicConfigRequest(BaseModel):
       default has none), ``"segment": null`` resets every segment setting.
     * ``partitions`` never decreases: ``null`` keeps the current count, a
       smaller number is refused (409).
+    * ``owner`` claims the topic for a resource (see ``plateau.storage.ownership``);
+      left out, the request is an admin's and the stored owner is kept.
+      ``adopt`` lets a claim take over an ownerless topic or another owner's.
     """
 
     model_config = ConfigDict(extra="forbid")
@@ -112,6 +138,16 @@ class TopicConfigRequest(BaseModel):
     partitions: int | None = Field(default=None, ge=1, le=4096)
     retention: RetentionPatch | None = None
     segment: SegmentPatch | None = None
+    owner: TopicOwner | None = Field(
+        default=None,
+        description="The resource claiming the topic. Left out (or null): an admin's request, "
+        "the stored owner is kept. A claim by another owner is refused (409 OwnerConflict) "
+        "unless adopt is true; the same kind, namespace and name with a new uid reclaims it.",
+    )
+    adopt: bool = Field(
+        default=False,
+        description="With owner: take the topic over from an ownerless topic or another owner.",
+    )
 
     def apply_to(self, base: TopicConfig, defaults: TopicConfig) -> TopicConfig:
         """Merge this request onto ``base``; ``null`` means the value in ``defaults``."""
