@@ -420,8 +420,17 @@ def topic_delete(
 def spark_conf(
     node: Annotated[str, typer.Option(help="The PlateauNode (or StatefulSet) to read.")],
     namespace: Annotated[str, typer.Option(help="Its namespace.")],
+    mode: Annotated[
+        str,
+        typer.Option(
+            help="path: mount the node's volume read-only (no token needed); url: read "
+            "over the node's Service, with its read token from its Secret as $PLATEAU_TOKEN "
+            "and its address as $PLATEAU_URL (no volume, pods run anywhere).",
+        ),
+    ] = "path",
     mount_path: Annotated[
-        str, typer.Option(help="Where Spark's pods see the volume (the reader's 'path').")
+        str,
+        typer.Option(help="Where Spark's pods see the volume (the reader's 'path'; path mode)."),
     ] = "/plateau/data",
     fmt: Annotated[
         str,
@@ -434,18 +443,34 @@ def spark_conf(
     pod_template_out: Annotated[
         Path | None,
         typer.Option(
-            help="Where to write the pod template with the node "
-            "affinity (conf, properties); default ./plateau-NODE-pod-template.yaml."
+            help="Where to write the pod template with the node affinity (path mode; "
+            "conf, properties); default ./plateau-NODE-pod-template.yaml."
         ),
     ] = None,
     kubeconfig: Annotated[str | None, typer.Option(envvar="KUBECONFIG")] = None,
     context: Annotated[str | None, typer.Option(help="The kubeconfig context.")] = None,
 ) -> None:
-    """Print the Spark-on-Kubernetes settings that mount a node's volume read-only."""
+    """Print the Spark-on-Kubernetes settings that read a node: its volume mounted
+    read-only (--mode path), or its Service with the read token from its Secret (--mode url;
+    the token itself is never read nor printed)."""
     from plateau.spark import kubeconf
 
     if fmt not in kubeconf.FORMATS:
         fail(f"--format must be one of {', '.join(kubeconf.FORMATS)}, not {fmt!r}")
+    if mode not in kubeconf.MODES:
+        fail(f"--mode must be one of {', '.join(kubeconf.MODES)}, not {mode!r}")
+    if mode == "url":
+        if pod_template_out is not None:
+            fail("--pod-template-out is for --mode path: url mode mounts nothing, pins nothing")
+        try:
+            access = kubeconf.fetch_access(node, namespace, kubeconfig, context)
+        except kubeconf.SparkConfError as exc:
+            fail(str(exc))
+        if fmt == "conf":
+            for line in kubeconf.url_comments(access):
+                typer.echo(f"# {line}", err=True)
+        typer.echo(kubeconf.render_url(access, fmt), nl=False)
+        return
     try:
         place = kubeconf.fetch(node, namespace, kubeconfig, context)
         template = None

@@ -1,9 +1,12 @@
 """``plateau spark-conf`` against a real kube-apiserver: a PlateauNode the operator would
-have made, a StatefulSet deployed without it, and the errors a user meets."""
+have made, a StatefulSet deployed without it, and the errors a user meets; ``--mode url``:
+the read token referenced in the node's Secret (never printed), the node's address."""
 
 from __future__ import annotations
 
+import base64
 import copy
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -161,3 +164,121 @@ def test_unreachable_api_server(tmp_path: Path) -> None:
            "--node", "a", "--namespace", NS, "--kubeconfig", str(config)]  # fmt: skip
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=120, check=False)
     assert out.returncode == 2 and "cannot reach the API server" in out.stderr, out.stderr
+
+
+# --mode url: the tokens are in Secrets the command must name and never print
+SECRETS = {
+    "plateau-a-token": {"token": "a-write-5ecret", "readToken": "a-read-5ecret"},
+    "team-b-tokens": {"token": "b-write-5ecret", "readToken": "b-read-5ecret"},
+}
+VALUES = [v for data in SECRETS.values() for v in data.values()]
+VALUES += [base64.b64encode(v.encode()).decode() for v in list(VALUES)]
+B_URL = f"http://plateau-b.{NS}.svc:3030"
+
+
+@pytest.fixture(scope="module")
+def url_objects(objects: KubeApi) -> KubeApi:
+    for name, data in SECRETS.items():
+        secret = {"apiVersion": "v1", "kind": "Secret", "metadata": {"name": name, "namespace": NS},
+                  "stringData": data}  # fmt: skip
+        assert objects.apply(secret).returncode == 0
+    # "b": its status names a Secret of another name (the operator's status.tokenSecret);
+    # no claim and no pod: url mode needs neither
+    node = {
+        "apiVersion": "plateau.dev/v1alpha1", "kind": "PlateauNode",
+        "metadata": {"name": "b", "namespace": NS}, "spec": {"storage": {"size": "1Gi"}},
+    }  # fmt: skip
+    assert objects.apply(node).returncode == 0, "PlateauNode b"
+    status = {"status": {"endpoint": B_URL, "tokenSecret": "team-b-tokens"}}
+    objects.kubectl("patch", "-n", NS, "plateaunode/b", "--subresource=status", "--type=merge",
+                    "-p", json.dumps(status))  # fmt: skip
+    return objects
+
+
+def secret_keys(kube: KubeApi, name: str) -> set[str]:
+    out = kube.kubectl("get", "secret", "-n", NS, name, "-o", "json")
+    return set(json.loads(out.stdout)["data"])
+
+
+def assert_secret_free(out: subprocess.CompletedProcess[str], cwd: Path) -> None:
+    assert out.returncode == 0, out.stderr
+    for value in VALUES:
+        assert value not in out.stdout and value not in out.stderr
+    assert not list(cwd.iterdir())  # no pod template, nothing written
+
+
+def test_url_mode_conf_follows_status_token_secret(url_objects: KubeApi, tmp_path: Path) -> None:
+    out = cli(url_objects, "--node", "b", "--namespace", NS, "--mode", "url", cwd=tmp_path)
+    assert_secret_free(out, tmp_path)
+    conf = dict(line.removeprefix("--conf ").split("=", 1) for line in out.stdout.splitlines())
+    assert conf == {
+        "spark.kubernetes.namespace": NS,
+        "spark.kubernetes.driver.secretKeyRef.PLATEAU_TOKEN": "team-b-tokens:readToken",
+        "spark.kubernetes.executor.secretKeyRef.PLATEAU_TOKEN": "team-b-tokens:readToken",
+        "spark.kubernetes.driverEnv.PLATEAU_URL": B_URL,
+    }
+    assert "readToken" in secret_keys(url_objects, "team-b-tokens")  # what it names exists
+    assert "Secret team-b-tokens" in out.stderr and B_URL in out.stderr
+
+
+def test_url_mode_properties_falls_back_to_the_operators_names(
+    url_objects: KubeApi, tmp_path: Path
+) -> None:
+    """ "a"'s status has no tokenSecret nor endpoint (an operator not yet past its first
+    reconcile): the names the operator gives."""
+    out = cli(url_objects, "--node", "a", "--namespace", NS, "--mode", "url",
+              "--format", "properties", cwd=tmp_path)  # fmt: skip
+    assert_secret_free(out, tmp_path)
+    props = dict(
+        line.split("=", 1) for line in out.stdout.splitlines() if line and not line.startswith("#")
+    )
+    assert (
+        props["spark.kubernetes.driver.secretKeyRef.PLATEAU_TOKEN"] == "plateau-a-token:readToken"
+    )
+    assert (
+        props["spark.kubernetes.executor.secretKeyRef.PLATEAU_TOKEN"] == "plateau-a-token:readToken"
+    )
+    assert props["spark.kubernetes.driverEnv.PLATEAU_URL"] == f"http://plateau-a.{NS}.svc:3030"
+    assert not any("volumes" in key or "podTemplateFile" in key for key in props)
+    assert "# read token: key readToken of Secret plateau-a-token" in out.stdout
+
+
+def test_url_mode_sparkapplication_env_is_a_valid_secret_ref(
+    url_objects: KubeApi, tmp_path: Path
+) -> None:
+    out = cli(url_objects, "--node", "b", "--namespace", NS, "--mode", "url",
+              "--format", "sparkapplication", cwd=tmp_path)  # fmt: skip
+    assert_secret_free(out, tmp_path)
+    spec = yaml.safe_load(out.stdout)["spec"]
+    assert set(spec) == {"driver", "executor"}  # no volumes, no affinity
+    ref = {"name": "team-b-tokens", "key": "readToken"}
+    token = {"name": "PLATEAU_TOKEN", "valueFrom": {"secretKeyRef": ref}}
+    assert spec["driver"]["env"] == [{"name": "PLATEAU_URL", "value": B_URL}, token]
+    assert spec["executor"]["env"] == [token]
+    # the API server itself accepts the env as a pod's (strict field validation)
+    for role in ("driver", "executor"):
+        pod = {"apiVersion": "v1", "kind": "Pod",
+               "metadata": {"name": f"spark-{role}-env-check", "namespace": NS},
+               "spec": {"containers": [{"name": "spark", "image": "spark",
+                                        "env": spec[role]["env"]}]}}  # fmt: skip
+        url_objects.kubectl(
+            "create", "--dry-run=server", "--validate=strict", "-f", "-", stdin=json.dumps(pod)
+        )
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--node", "hand", "--mode", "url"], "--mode url needs a PlateauNode"),
+        (["--node", "nope", "--mode", "url"], "no PlateauNode named 'nope'"),
+        (["--node", "b", "--mode", "volume"], "--mode must be one of path, url"),
+        (["--node", "b", "--mode", "url", "--pod-template-out", "t.yaml"], "--pod-template-out"),
+    ],
+)
+def test_url_mode_errors(
+    url_objects: KubeApi, tmp_path: Path, args: list[str], message: str
+) -> None:
+    out = cli(url_objects, *args, "--namespace", NS, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert message in out.stderr and out.stderr.startswith("error:")
+    assert out.stdout == "" and not list(tmp_path.iterdir())

@@ -1,5 +1,6 @@
-"""``plateau spark-conf``: Spark-on-Kubernetes settings that mount a node's volume.
+"""``plateau spark-conf``: Spark-on-Kubernetes settings for reading a node.
 
+Two modes, as the readers have. ``path`` (the default) mounts the node's volume.
 A node's volume is usually ReadWriteOnce: any number of pods may mount it, but
 only on the Kubernetes node where it is attached. So Spark's driver and
 executors need the claim mounted read-only *and* a required node affinity to
@@ -11,6 +12,15 @@ Sources, in order: the ``PlateauNode`` (its StatefulSet ``plateau-<name>``,
 claim ``data-plateau-<name>-0``, ``status.hostNode``), or, for a node
 deployed without the operator, a StatefulSet of that name (its first claim
 template, its pod ``<name>-0``).
+
+``url`` reads over the node's Service instead: no volume, so no affinity, and
+the open segment is visible. Reads need the node's read token; the settings put
+it in ``$PLATEAU_TOKEN`` of the driver and executors through a reference to the
+Secret (``secretKeyRef``: the kubelet resolves it when it starts the pod), and
+the node's address in the driver's ``$PLATEAU_URL``. The command never reads the
+Secret, so the token cannot reach its output. Source: the ``PlateauNode``
+(``status.tokenSecret``, ``status.endpoint``; the operator's names when the
+status has none yet).
 """
 
 from __future__ import annotations
@@ -23,7 +33,12 @@ import yaml
 VOLUME = "plateau-data"
 DEFAULT_MOUNT = "/plateau/data"
 FORMATS = ("conf", "properties", "sparkapplication")
+MODES = ("path", "url")
 SHARED_MODES = {"ReadWriteMany", "ReadOnlyMany"}
+TOKEN_ENV = "PLATEAU_TOKEN"  # the readers' default token (plateau.spark.options)
+URL_ENV = "PLATEAU_URL"  # as the plateau CLI's --url
+READ_TOKEN_KEY = "readToken"  # the operator's key for the read token in the node's Secret
+PORT = 3030
 
 
 class SparkConfError(Exception):
@@ -152,30 +167,103 @@ def render(p: VolumePlacement, fmt: str, mount: str, template_path: str | None) 
     raise SparkConfError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
 
 
-def fetch(
-    node: str, namespace: str, kubeconfig: str | None, context: str | None
-) -> VolumePlacement:
-    """Read the objects from the API server (kubeconfig, or the pod's service account)."""
-    import warnings
+@dataclass(frozen=True)
+class NodeAccess:
+    """How a job reaches a node over HTTP: its address, and where its read token lives."""
 
-    import urllib3
-    from kubernetes import client, config
-    from kubernetes.client.exceptions import ApiException
-    from kubernetes.config.config_exception import ConfigException
+    namespace: str
+    node: str
+    url: str
+    secret: str
+    key: str = READ_TOKEN_KEY
 
-    # a kubeconfig that skips TLS verification chose to (kubectl does not warn either)
-    warnings.filterwarnings("ignore", category=urllib3.exceptions.InsecureRequestWarning)
 
-    try:
-        if kubeconfig or context or not _in_cluster():
-            config.load_kube_config(config_file=kubeconfig, context=context)
-        else:
-            config.load_incluster_config()
-    except (ConfigException, OSError) as e:
-        raise SparkConfError(f"no Kubernetes configuration: {e}") from None
-    api = client.ApiClient()
+def access_from_objects(
+    namespace: str, node: str, plateau_node: dict[str, Any] | None, statefulset_exists: bool
+) -> NodeAccess:
+    """The node's address and token Secret from its ``PlateauNode`` (``None``: not found)."""
+    if plateau_node is None:
+        if statefulset_exists:
+            raise SparkConfError(
+                f"--mode url needs a PlateauNode, and {namespace}/{node} is a StatefulSet "
+                f"deployed without the operator: give the reader its url and token yourself"
+            )
+        raise SparkConfError(f"no PlateauNode named {node!r} in namespace {namespace!r}")
+    status = plateau_node.get("status") or {}
+    url = status.get("endpoint") or f"http://plateau-{node}.{namespace}.svc:{PORT}"
+    secret = status.get("tokenSecret") or f"plateau-{node}-token"
+    return NodeAccess(namespace, node, url, secret)
 
-    def get(call: Any, *args: Any) -> dict[str, Any] | None:
+
+def url_settings(a: NodeAccess) -> dict[str, str]:
+    """``secretKeyRef``: the pods get the token from the Secret, the settings only its name."""
+    ref = f"{a.secret}:{a.key}"
+    return {
+        "spark.kubernetes.namespace": a.namespace,  # a secretKeyRef names a Secret of the pod's
+        f"spark.kubernetes.driver.secretKeyRef.{TOKEN_ENV}": ref,
+        f"spark.kubernetes.executor.secretKeyRef.{TOKEN_ENV}": ref,
+        f"spark.kubernetes.driverEnv.{URL_ENV}": a.url,
+    }
+
+
+def url_comments(a: NodeAccess) -> list[str]:
+    return [
+        f"plateau node {a.namespace}/{a.node} at {a.url}: ${URL_ENV} in the driver",
+        f"read token: key {a.key} of Secret {a.secret} (namespace {a.namespace}), as "
+        f"${TOKEN_ENV} in the driver and executors; the readers take it from there",
+        f'read with plateau.spark.read_topic(spark, url=os.environ["{URL_ENV}"], topic=...)',
+    ]
+
+
+def render_url(a: NodeAccess, fmt: str) -> str:
+    """``render`` for ``--mode url``: the same three formats."""
+    if fmt == "conf":
+        return "".join(f"--conf {k}={v}\n" for k, v in url_settings(a).items())
+    if fmt == "properties":
+        lines = [f"# {c}" for c in url_comments(a)]
+        lines += [f"{k}={v}" for k, v in url_settings(a).items()]
+        return "\n".join(lines) + "\n"
+    if fmt == "sparkapplication":
+        token = {"name": TOKEN_ENV,
+                 "valueFrom": {"secretKeyRef": {"name": a.secret, "key": a.key}}}  # fmt: skip
+        spec = {
+            "driver": {"env": [{"name": URL_ENV, "value": a.url}, token]},
+            "executor": {"env": [token]},
+        }
+        head = "".join(f"# {c}\n" for c in url_comments(a))
+        head += f"# merge into a sparkoperator.k8s.io/v1beta2 SparkApplication in {a.namespace}\n"
+        return head + yaml.safe_dump({"spec": spec}, sort_keys=False)
+    raise SparkConfError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+
+
+class _Api:
+    """The API server, through a kubeconfig or the pod's service account."""
+
+    def __init__(self, kubeconfig: str | None, context: str | None) -> None:
+        import warnings
+
+        import urllib3
+        from kubernetes import client, config
+        from kubernetes.config.config_exception import ConfigException
+
+        # a kubeconfig that skips TLS verification chose to (kubectl does not warn either)
+        warnings.filterwarnings("ignore", category=urllib3.exceptions.InsecureRequestWarning)
+        try:
+            if kubeconfig or context or not _in_cluster():
+                config.load_kube_config(config_file=kubeconfig, context=context)
+            else:
+                config.load_incluster_config()
+        except (ConfigException, OSError) as e:
+            raise SparkConfError(f"no Kubernetes configuration: {e}") from None
+        self.api = client.ApiClient()
+        self.core = client.CoreV1Api(self.api)
+        self.apps = client.AppsV1Api(self.api)
+        self.custom = client.CustomObjectsApi(self.api)
+
+    def get(self, call: Any, *args: Any) -> dict[str, Any] | None:
+        import urllib3
+        from kubernetes.client.exceptions import ApiException
+
         try:
             obj = call(*args, _request_timeout=15)
         except ApiException as e:
@@ -184,14 +272,22 @@ def fetch(
             raise SparkConfError(f"the API server refused ({e.status}): {e.reason}") from None
         except (OSError, urllib3.exceptions.HTTPError) as e:
             raise SparkConfError(f"cannot reach the API server: {e}") from None
-        return obj if isinstance(obj, dict) else api.sanitize_for_serialization(obj)
+        return obj if isinstance(obj, dict) else self.api.sanitize_for_serialization(obj)
 
-    core, apps = client.CoreV1Api(api), client.AppsV1Api(api)
-    custom = client.CustomObjectsApi(api)
-    pn = get(custom.get_namespaced_custom_object, "plateau.dev", "v1alpha1", namespace,
-             "plateaunodes", node)  # fmt: skip
+    def plateau_node(self, node: str, namespace: str) -> dict[str, Any] | None:
+        return self.get(self.custom.get_namespaced_custom_object, "plateau.dev", "v1alpha1",
+                        namespace, "plateaunodes", node)  # fmt: skip
+
+
+def fetch(
+    node: str, namespace: str, kubeconfig: str | None, context: str | None
+) -> VolumePlacement:
+    """Read the objects from the API server (kubeconfig, or the pod's service account)."""
+    k = _Api(kubeconfig, context)
+    get, core = k.get, k.core
+    pn = k.plateau_node(node, namespace)
     sts_name = f"plateau-{node}" if pn is not None else node
-    sts = None if pn is not None else get(apps.read_namespaced_stateful_set, node, namespace)
+    sts = None if pn is not None else get(k.apps.read_namespaced_stateful_set, node, namespace)
     claim_name = (
         f"data-plateau-{node}-0"
         if pn is not None
@@ -208,6 +304,21 @@ def fetch(
     )
     pod = get(core.read_namespaced_pod, f"{sts_name}-0", namespace) if (pn or sts) else None
     return placement_from_objects(namespace, node, pn, sts, claim, pod)
+
+
+def fetch_access(
+    node: str, namespace: str, kubeconfig: str | None, context: str | None
+) -> NodeAccess:
+    """The ``PlateauNode`` alone (``get plateaunodes``): its Secret is named, never read."""
+    k = _Api(kubeconfig, context)
+    pn = k.plateau_node(node, namespace)
+    sts = None
+    if pn is None:
+        try:  # only to say why url mode cannot serve a node made by hand
+            sts = k.get(k.apps.read_namespaced_stateful_set, node, namespace)
+        except SparkConfError:
+            sts = None  # typically no right to read StatefulSets: not needed otherwise
+    return access_from_objects(namespace, node, pn, sts is not None)
 
 
 def _in_cluster() -> bool:
