@@ -29,7 +29,12 @@ def free_port() -> int:
 
 
 def binaries() -> Path:
-    """The directory of kube-apiserver, etcd and kubectl (built once, then cached)."""
+    """The directory of kube-apiserver, etcd and kubectl (built once, then cached).
+
+    ``PLATEAU_CLUSTER_BIN`` names a directory holding them instead, as for tools/cluster.
+    """
+    if env := os.environ.get("PLATEAU_CLUSTER_BIN"):
+        return Path(env)
     out = subprocess.run(
         [str(ROOT / "tools" / "cluster-build"), "--print-dir"],
         capture_output=True,

@@ -1,27 +1,24 @@
 """``python -m plateau_operator``: run the operator with kopf's own ``run`` command.
 
 Every namespace by default; ``PLATEAU_OPERATOR_NAMESPACE`` (comma-separated)
-narrows it. Standalone: one replica (the chart's Deployment uses ``Recreate``),
-no peering objects to install. Logs are JSON lines (``PLATEAU_OPERATOR_LOG_FORMAT``
-= ``plain`` for people at a terminal); the liveness endpoint is
-``:PLATEAU_OPERATOR_HEALTH_PORT/healthz`` (8081), metrics are on
-``:PLATEAU_OPERATOR_METRICS_PORT/metrics`` (8080).
+narrows it (settings.py has every ``PLATEAU_OPERATOR_*`` setting). Standalone:
+one replica (the chart's Deployment uses ``Recreate``), no peering objects to
+install. Logs are JSON lines (``PLATEAU_OPERATOR_LOG_FORMAT=plain`` for people
+at a terminal); the liveness endpoint is ``:<health port>/healthz``.
 """
 
 from __future__ import annotations
 
-import os
-
 from kopf import cli
+
+from plateau_operator.settings import settings
 
 
 def main() -> None:
-    env = os.environ.get
-    namespaces = [ns for ns in env("PLATEAU_OPERATOR_NAMESPACE", "").split(",") if ns]
-    scope = [arg for ns in namespaces for arg in ("--namespace", ns)] or ["--all-namespaces"]
-    health = f"http://0.0.0.0:{env('PLATEAU_OPERATOR_HEALTH_PORT', '8081')}/healthz"
-    logs = ["--log-format", env("PLATEAU_OPERATOR_LOG_FORMAT", "json")]
-    args = ["run", "--standalone", *scope, "--liveness", health, *logs]
+    cfg = settings()
+    scope = [arg for ns in cfg.namespace for arg in ("--namespace", ns)] or ["--all-namespaces"]
+    health = f"http://0.0.0.0:{cfg.health_port}/healthz"
+    args = ["run", "--standalone", *scope, "--liveness", health, "--log-format", cfg.log_format]
     cli.main(args=[*args, "-m", "plateau_operator.handlers"])
 
 

@@ -1,35 +1,54 @@
-"""The kopf handlers: small, idempotent, state in ``status``; the work is in ``nodes``/``topics``.
+"""The kopf wiring: which event runs which reconcile, one at a time per object.
 
-Each handler reconciles the whole desired state (create, update, resume after
-an operator restart, and a timer that puts back what a node lost), writes the
-status it computed, emits an Event for a warning, and turns "try again" into a
-``TemporaryError`` with the outcome's delay (kopf retries with it) and "this
-cannot work as written" into a ``PermanentError``. The annotation
-``plateau.dev/paused: "true"`` stops reconciliation of a resource.
+Every reconcile goes through ``run``: it takes the object's lock
+(``serial.ObjectLocks``), reads the object afresh from the API server (a
+handler's or timer's body may be older than the newest spec), reconciles,
+writes the status only when it changed (no churn, ``observedGeneration``
+never goes back: the newest spec was read under the lock), and posts an
+Event when ``Ready`` changes (one Warning per transition, not per resync).
+Change handlers run it at once; the operator's own resync loop
+(``resync.ResyncBook``) runs it every ``resyncSeconds`` without adding a
+finalizer. The annotation ``plateau.dev/paused: "true"`` stops it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
-import os
+from collections.abc import Callable
+from contextlib import suppress
 from typing import Any
 
 import kopf
+from kubernetes.client.exceptions import ApiException
 from prometheus_client import start_http_server
 
 from plateau_operator import nodes, telemetry, topics
+from plateau_operator.crd import (
+    API_VERSION,
+    FINALIZER,
+    GROUP,
+    NODE_KIND,
+    NODE_PLURAL,
+    TOPIC_KIND,
+    TOPIC_PLURAL,
+    VERSION,
+)
 from plateau_operator.kube import Kube
-from plateau_operator.nodeaccess import API_VERSION, paused
-from plateau_operator.spec import DEFAULT_IMAGE
-from plateau_operator.status import Outcome
+from plateau_operator.nodeaccess import paused
+from plateau_operator.resync import ResyncBook
+from plateau_operator.rollout import RolloutGate
+from plateau_operator.serial import Key, ObjectLocks
+from plateau_operator.settings import settings
+from plateau_operator.status import Outcome, ready_of
 
-GROUP, VERSION = "plateau.dev", "v1alpha1"
-RESYNC_SECONDS = float(os.environ.get("PLATEAU_OPERATOR_RESYNC_SECONDS", "60"))
-IMAGE = os.environ.get("PLATEAU_OPERATOR_NODE_IMAGE", DEFAULT_IMAGE)
-METRICS_PORT = int(os.environ.get("PLATEAU_OPERATOR_METRICS_PORT", "8080"))  # 0: none
-# A reconcile running longer than this is wedged: the liveness probe fails.
-STALL_SECONDS = float(os.environ.get("PLATEAU_OPERATOR_STALL_SECONDS", "300"))
+log = logging.getLogger("plateau_operator")
+cfg = settings()
+locks = ObjectLocks()
+gate = RolloutGate()
+book = ResyncBook(cfg.resync_seconds)
 _kube: Kube | None = None
+RESYNC_WORKERS = 4
 
 
 def kube() -> Kube:
@@ -40,25 +59,28 @@ def kube() -> Kube:
 
 
 @kopf.on.startup()
-def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
-    settings.persistence.finalizer = f"{GROUP}/finalizer"
+async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    settings.persistence.finalizer = FINALIZER
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=GROUP)
     settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(
         prefix=GROUP, key="last-handled-configuration"
     )
-    settings.posting.level = logging.INFO
+    # the operator posts its own Events (on transitions); kopf's per-handler lines stay logs
+    settings.posting.level = logging.WARNING
+    settings.execution.max_workers = 16
     logging.captureWarnings(True)  # warnings become log records too: every line is JSON
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per node call is noise
     settings.watching.server_timeout = 300
     kube()
-    if METRICS_PORT:
-        start_http_server(METRICS_PORT)
+    if cfg.metrics_port:
+        start_http_server(cfg.metrics_port)
+    asyncio.get_running_loop().create_task(_resync_forever(), name="plateau-resync")
 
 
 @kopf.on.probe(id="reconcileSeconds")
 def probe_progress(**_: Any) -> float:
     """Age of the oldest running reconcile; fails the liveness probe past the bound."""
-    return telemetry.check_progress(STALL_SECONDS)
+    return telemetry.check_progress(cfg.stall_seconds)
 
 
 @kopf.on.probe(id="apiServer")
@@ -67,110 +89,183 @@ def probe_api_server(**_: Any) -> str:
     return kube().server_version()
 
 
-def _finish(outcome: Outcome, patch: kopf.Patch, body: kopf.Body, result: list[str]) -> None:
-    patch.status.update(outcome.status)
-    result[0] = "invalid" if outcome.permanent else "retry" if outcome.retry_after else "ok"
-    ready = next((c for c in outcome.status.get("conditions", []) if c["type"] == "Ready"), None)
-    if ready is not None:
-        meta = body.metadata
-        up = 1.0 if ready["status"] == "True" else 0.0
-        telemetry.CONDITION.labels(body["kind"], meta.namespace or "", meta.name or "").set(up)
-    if outcome.warning:
-        kopf.warn(body, reason="ReconcileFailed", message=outcome.warning)
+# --- one reconcile, locked -------------------------------------------------------------
+
+
+def run(key: Key, work: Callable[[dict[str, Any]], Outcome]) -> Outcome | None:
+    """Reconcile ``key`` under its lock from a fresh read; None when there is nothing to do."""
+    kind, namespace, name = key
+    outcome: Outcome | None = None
+    try:
+        with locks.hold(key), telemetry.reconciling(kind) as result:
+            body = kube().get(API_VERSION, kind, name, namespace)
+            meta = (body or {}).get("metadata") or {}
+            if body is None or paused(meta) or meta.get("deletionTimestamp"):
+                result[0] = "ok"
+                return None
+            outcome = work(body)
+            publish(body, outcome)
+            result[0] = "invalid" if outcome.permanent else "retry" if outcome.retry_after else "ok"
+        return outcome
+    finally:
+        book.done(key, outcome.retry_after if outcome is not None else None)
+
+
+def publish(body: dict[str, Any], outcome: Outcome) -> None:
+    """Writes what changed of the status; Events for a transition of Ready and for notes."""
+    meta, old = body["metadata"], body.get("status") or {}
+    changed = {k: v for k, v in outcome.status.items() if old.get(k) != v}
+    k = kube()
+    if changed:
+        k.patch_status(API_VERSION, body["kind"], meta["name"], meta["namespace"], changed)
+    was, now = ready_of(old), ready_of(outcome.status)
+    telemetry.CONDITION.labels(body["kind"], meta["namespace"], meta["name"]).set(
+        1.0 if now[0] == "True" else 0.0
+    )
+    with suppress(ApiException):  # an Event lost is not worth a failed reconcile
+        if was != now and now[0] == "False" and outcome.warning:
+            k.event(body, "Warning", now[1], outcome.warning)
+        elif was != now and now[0] == "True":
+            k.event(body, "Normal", now[1], _ready_message(outcome.status))
+        for reason, message in outcome.notes:
+            k.event(body, "Normal", reason, message)
+
+
+def _ready_message(status: dict[str, Any]) -> str:
+    cond = next(c for c in status["conditions"] if c["type"] == "Ready")
+    return str(cond["message"])
+
+
+def _raise_for(outcome: Outcome | None) -> None:
+    """Change handlers: kopf retries with the outcome's delay (the status is already written)."""
+    if outcome is None:
+        return
     if outcome.permanent:
         raise kopf.PermanentError(outcome.warning or "invalid")
     if outcome.retry_after is not None:
-        # the status is written by kopf even when the handler asks to be retried
-        raise kopf.TemporaryError("not reconciled yet", delay=outcome.retry_after)
+        raise kopf.TemporaryError(outcome.warning or "not ready yet", delay=outcome.retry_after)
 
 
-# --- PlateauTopic -------------------------------------------------------------------
+def reconcile_topic(body: dict[str, Any], attempt: int = 0) -> Outcome:
+    return topics.reconcile(kube(), body, cfg, attempt)
 
 
-@kopf.on.resume(GROUP, VERSION, "plateautopics")
-@kopf.on.create(GROUP, VERSION, "plateautopics")
-@kopf.on.update(GROUP, VERSION, "plateautopics", field="spec")
-@kopf.timer(GROUP, VERSION, "plateautopics", interval=RESYNC_SECONDS, idle=RESYNC_SECONDS)
-def reconcile_topic(
-    name: str,
-    namespace: str | None,
-    spec: kopf.Spec,
-    status: kopf.Status,
-    meta: kopf.Meta,
-    body: kopf.Body,
-    patch: kopf.Patch,
-    retry: int = 0,  # the timer passes none
-    **_: Any,
-) -> None:
-    if paused(dict(meta)) or namespace is None:
-        return
-    with telemetry.reconciling("PlateauTopic") as result:
-        outcome = topics.reconcile(
-            kube(),
-            name,
-            namespace,
-            dict(spec),
-            dict(status),
-            int(meta.get("generation", 0)),
-            IMAGE,
-            attempt=retry,
-        )
-        _finish(outcome, patch, body, result)
+def reconcile_node(body: dict[str, Any]) -> Outcome:
+    return nodes.reconcile(kube(), body, cfg, gate)
 
 
-@kopf.on.delete(GROUP, VERSION, "plateautopics")
-def delete_topic(name: str, namespace: str | None, spec: kopf.Spec, retry: int, **_: Any) -> None:
+WORK: dict[str, Callable[[dict[str, Any]], Outcome]] = {
+    TOPIC_KIND: reconcile_topic,
+    NODE_KIND: reconcile_node,
+}
+
+
+# --- PlateauTopic ------------------------------------------------------------------------
+
+
+@kopf.on.resume(GROUP, VERSION, TOPIC_PLURAL)
+@kopf.on.create(GROUP, VERSION, TOPIC_PLURAL)
+@kopf.on.update(GROUP, VERSION, TOPIC_PLURAL, field="spec")
+def topic_changed(name: str, namespace: str | None, retry: int, **_: Any) -> None:
+    if namespace is not None:
+        _raise_for(run((TOPIC_KIND, namespace, name), lambda b: reconcile_topic(b, retry)))
+
+
+@kopf.on.delete(GROUP, VERSION, TOPIC_PLURAL)
+def topic_deleted(name: str, namespace: str | None, body: kopf.Body, **_: Any) -> None:
     if namespace is None:
         return
-    with telemetry.reconciling("PlateauTopicDeletion") as result:
-        if not topics.delete(kube(), name, namespace, dict(spec), IMAGE, retry):
-            result[0] = "retry"
-            raise kopf.TemporaryError("the node did not answer; trying again", delay=10)
-        result[0] = "ok"
-    telemetry.forget("PlateauTopic", namespace, name)
+    key = (TOPIC_KIND, namespace, name)
+    with locks.hold(key), telemetry.reconciling("PlateauTopicDeletion") as result:
+        done, warning = topics.delete(kube(), _plain(body), cfg)
+        result[0] = "ok" if done else "retry"
+    if warning:
+        with suppress(ApiException):
+            kube().event(_plain(body), "Warning", "DeletionIncomplete", warning)
+    if not done:
+        raise kopf.TemporaryError("the node did not answer; trying again", delay=10)
+    book.forget(key)
+    telemetry.forget(TOPIC_KIND, namespace, name)
 
 
-# --- PlateauNode --------------------------------------------------------------------
+# --- PlateauNode -------------------------------------------------------------------------
 
 
-@kopf.on.resume(GROUP, VERSION, "plateaunodes")
-@kopf.on.create(GROUP, VERSION, "plateaunodes")
-@kopf.on.update(GROUP, VERSION, "plateaunodes", field="spec")
-@kopf.timer(GROUP, VERSION, "plateaunodes", interval=RESYNC_SECONDS, idle=RESYNC_SECONDS)
-def reconcile_node(meta: kopf.Meta, body: kopf.Body, patch: kopf.Patch, **_: Any) -> None:
-    if paused(dict(meta)) or _paused_now("PlateauNode", meta):
-        return
-    with telemetry.reconciling("PlateauNode") as result:
-        adopt = lambda obj: kopf.adopt(obj, owner=body)  # noqa: E731
-        outcome = nodes.reconcile(kube(), _plain(body), IMAGE, adopt)
-        _finish(outcome, patch, body, result)
+@kopf.on.resume(GROUP, VERSION, NODE_PLURAL)
+@kopf.on.create(GROUP, VERSION, NODE_PLURAL)
+@kopf.on.update(GROUP, VERSION, NODE_PLURAL, field="spec")
+def node_changed(name: str, namespace: str | None, **_: Any) -> None:
+    if namespace is not None:
+        _raise_for(run((NODE_KIND, namespace, name), reconcile_node))
 
 
-@kopf.on.delete(GROUP, VERSION, "plateaunodes", optional=True)  # no finalizer: owners cascade
-def forget_node(name: str, namespace: str | None, **_: Any) -> None:
-    telemetry.forget("PlateauNode", namespace or "", name)
+@kopf.on.delete(GROUP, VERSION, NODE_PLURAL, optional=True)  # no finalizer: owners cascade
+def node_deleted(name: str, namespace: str | None, **_: Any) -> None:
+    key = (NODE_KIND, namespace or "", name)
+    book.forget(key)
+    gate.done(key)
+    telemetry.forget(NODE_KIND, namespace or "", name)
 
 
-def _paused_now(kind: str, meta: kopf.Meta) -> bool:
-    """The pause annotation as the API server has it now.
+# --- watch events feed the resync book and the rollout gate ------------------------------
 
-    A timer can fire with the body of the watch event before the annotation's
-    (found on the cluster: a node paused and at once scaled to 0 was scaled
-    back by a timer that had not seen the pause yet). One GET before acting
-    closes that window for the StatefulSet, whose replicas a person changes
-    by hand while paused.
-    """
-    name, namespace = meta.get("name"), meta.get("namespace")
-    if not name or not namespace:
-        return False
-    current = kube().get(API_VERSION, kind, str(name), str(namespace))
-    return current is None or paused(dict(current.get("metadata") or {}))
+
+@kopf.on.event(GROUP, VERSION, TOPIC_PLURAL)
+def topic_seen(name: str, namespace: str | None, type: str | None, **_: Any) -> None:
+    _seen((TOPIC_KIND, namespace or "", name), type)
+
+
+@kopf.on.event(GROUP, VERSION, NODE_PLURAL)
+def node_seen(
+    name: str, namespace: str | None, type: str | None, status: kopf.Status, **_: Any
+) -> None:
+    key = (NODE_KIND, namespace or "", name)
+    _seen(key, type)
+    progressing: dict[str, Any] = next(
+        (c for c in status.get("conditions") or [] if c.get("type") == "Progressing"), {}
+    )
+    if (
+        type != "DELETED"
+        and progressing.get("reason") == "RollingUpdate"
+        and progressing.get("status") == "True"
+    ):
+        gate.observe(key, True)  # mid-roll, maybe since before this operator started
+
+
+def _seen(key: Key, event_type: str | None) -> None:
+    if event_type == "DELETED":
+        book.forget(key)
+    else:
+        book.see(key)
+
+
+async def _resync_forever() -> None:
+    """Reconciles whatever is due, a few at a time, for as long as the operator runs."""
+    loop = asyncio.get_running_loop()
+    slots = asyncio.Semaphore(RESYNC_WORKERS)
+
+    async def one(key: Key) -> None:
+        async with slots:
+            try:
+                await loop.run_in_executor(None, run, key, WORK[key[0]])
+            except Exception as exc:  # one object's failure must not stop the others' resync
+                log.warning("resync of %s %s/%s failed: %s", *key, exc)
+                book.done(key, None)
+
+    tasks: set[asyncio.Task[None]] = set()
+    while True:
+        for key in book.take_due():
+            task = asyncio.create_task(one(key))
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
+        await asyncio.sleep(1.0)
 
 
 def _plain(body: kopf.Body) -> dict[str, Any]:
-    out: dict[str, Any] = {
+    return {
+        "apiVersion": body.get("apiVersion", API_VERSION),
+        "kind": body.get("kind", TOPIC_KIND),
         "metadata": dict(body.metadata),
         "spec": dict(body.spec),
         "status": dict(body.status),
     }
-    return out

@@ -1,44 +1,82 @@
-"""How the operator reaches a node's admin API: its endpoint and token, from the cluster.
+"""How the operator reaches a node's admin API: the node's own pod, with its write token.
 
 Always through ``plateau.client``: the operator has no HTTP client of its own.
-The endpoint is the node's Service; the annotation ``plateau.dev/endpoint`` on
-a PlateauNode overrides it (an operator running outside the cluster, or a
-node outside Kubernetes).
+Nothing a PlateauNode's author writes can send the token elsewhere: the
+operator calls the IP of the pod that the node's own StatefulSet runs
+(checked through the owner references: a look-alike pod carrying the node's
+labels, which the Service would also route to, is never called), in the
+node's namespace. The ``plateau.dev/endpoint`` annotation (an operator run
+outside the cluster, as the tests do) counts only when the operator runs
+with ``allowEndpointOverride``, off by default.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
 from plateau.client import PlateauClient, RetryPolicy
 from plateau_operator import resources
-from plateau_operator.kube import Kube
-from plateau_operator.spec import NodeSpec
+from plateau_operator.crd import ENDPOINT_ANNOTATION, PAUSED_ANNOTATION, annotation
+from plateau_operator.kube import Kube, controller_of
+from plateau_operator.spec import PORT, NodeSpec
 
-API_VERSION = "plateau.dev/v1alpha1"
-ENDPOINT_ANNOTATION = f"{resources.GROUP}/endpoint"
-PAUSED_ANNOTATION = f"{resources.GROUP}/paused"
 TIMEOUT_SECONDS = 10.0
 
 
 def paused(meta: dict[str, Any]) -> bool:
-    value = (meta.get("annotations") or {}).get(PAUSED_ANNOTATION, "")
-    return str(value).lower() in ("true", "1", "yes")
+    return annotation(meta, PAUSED_ANNOTATION)
 
 
-def endpoint(node: dict[str, Any], namespace: str) -> str:
-    override = (node["metadata"].get("annotations") or {}).get(ENDPOINT_ANNOTATION)
-    if override:
-        return str(override)
-    return f"http://{resources.names(node['metadata']['name'])['service']}.{namespace}.svc:3030"
+class NoAccess(Exception):
+    """The node cannot be called now (no running pod of its own, no token): why, for status."""
 
 
-def node_client(kube: Kube, node: dict[str, Any], namespace: str, image: str) -> PlateauClient:
-    """A client for the node's admin API, with its token (None until the Secret exists)."""
-    spec = NodeSpec.parse(node["metadata"]["name"], node["spec"], image)
+@dataclass(frozen=True)
+class Target:
+    url: str
+    token: str | None
+
+
+def override(node: dict[str, Any], allow_override: bool) -> str | None:
+    if not allow_override:
+        return None
+    value = (node["metadata"].get("annotations") or {}).get(ENDPOINT_ANNOTATION)
+    return str(value) if value else None
+
+
+def pod_url(sts: dict[str, Any] | None, pod: dict[str, Any] | None) -> str:
+    """The node pod's own address, if that pod is the StatefulSet's; else ``NoAccess``."""
+    if not sts or not pod:
+        raise NoAccess("the node has no pod")
+    ref = controller_of(pod)
+    if ref is None or ref.get("uid") != (sts.get("metadata") or {}).get("uid"):
+        raise NoAccess("the node's pod is not its StatefulSet's: not called")
+    ip = (pod.get("status") or {}).get("pod_ip") or (pod.get("status") or {}).get("podIP")
+    if not ip:
+        raise NoAccess("the node's pod has no IP yet")
+    return f"http://{ip}:{PORT}"
+
+
+def write_token(kube: Kube, spec: NodeSpec, namespace: str) -> str | None:
     secret, key = resources.token_ref(spec)
-    token = kube.secret_value(namespace, secret, key)
+    return (kube.secret_data(namespace, secret) or {}).get(key)
+
+
+def target(kube: Kube, node: dict[str, Any], image: str, allow_override: bool) -> Target:
+    """Where and with which token to call the node (reads the cluster); ``NoAccess`` if not."""
+    namespace = node["metadata"]["namespace"]
+    spec = NodeSpec.parse(node["metadata"]["name"], node["spec"], image)
+    url = override(node, allow_override)
+    if url is None:
+        n = resources.names(spec.name)
+        sts = kube.get("apps/v1", "StatefulSet", n["statefulset"], namespace)
+        pod = kube.get("v1", "Pod", n["pod"], namespace)
+        url = pod_url(sts, pod)
+    return Target(url, write_token(kube, spec, namespace))
+
+
+def client_for(t: Target) -> PlateauClient:
     # one attempt per call: the reconcile loop does the retrying, with its own backoff
     retry = RetryPolicy(max_attempts=1, connection_attempts=1, max_elapsed=TIMEOUT_SECONDS)
-    url = endpoint(node, namespace)
-    return PlateauClient(url, token=token, timeout=TIMEOUT_SECONDS, retry=retry)
+    return PlateauClient(t.url, token=t.token, timeout=TIMEOUT_SECONDS, retry=retry)

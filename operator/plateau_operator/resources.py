@@ -18,14 +18,14 @@ from typing import Any
 
 import yaml
 
+from plateau_operator.crd import CHECKSUM_ANNOTATION, GROUP
 from plateau_operator.spec import DATA_DIR, PORT, NodeSpec
 
-GROUP = "plateau.dev"
 CONFIG_FILE = "node.yaml"
 CONFIG_DIR = "/etc/plateau"
-TOKEN_KEY = "token"
+TOKEN_KEY = "token"  # the write token: producers and the operator
+READ_TOKEN_KEY = "readToken"  # the read token: consumers (Spark, plateau read)
 UID = 10001  # the image's plateau user
-CHECKSUM_ANNOTATION = f"{GROUP}/config-checksum"
 GRACE_SECONDS = 60  # the node seals its open segments on SIGTERM
 
 
@@ -50,6 +50,8 @@ def names(node: str) -> dict[str, str]:
         "headless": f"{base}-headless",
         "configmap": f"{base}-config",
         "secret": f"{base}-token",
+        "networkpolicy": base,
+        "pod": f"{base}-0",
         "pvc": f"data-{base}-0",
     }
 
@@ -68,20 +70,52 @@ def config_map(spec: NodeSpec, namespace: str) -> dict[str, Any]:
     }
 
 
-def token_secret(spec: NodeSpec, namespace: str, token: str) -> dict[str, Any]:
-    """The generated token's Secret (only when the node names no Secret of its own)."""
+def token_secret(spec: NodeSpec, namespace: str, tokens: dict[str, str]) -> dict[str, Any]:
+    """The operator's Secret of the node: the read token, and the write token unless the
+    node names a Secret of its own for it (``auth.secretRef``)."""
     return {
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": _meta(names(spec.name)["secret"], spec.name, namespace),
         "type": "Opaque",
-        "data": {TOKEN_KEY: base64.b64encode(token.encode()).decode()},
+        "data": {k: base64.b64encode(v.encode()).decode() for k, v in sorted(tokens.items())},
+    }
+
+
+def network_policy(
+    spec: NodeSpec, namespace: str, operator_namespace: str, allowed: list[str]
+) -> dict[str, Any]:
+    """Ingress to the node's port from its namespace, the operator's, and the allowed ones.
+
+    Namespaces are matched by ``kubernetes.io/metadata.name``, which the API
+    server sets on every namespace and nobody can change: a namespace cannot
+    claim another's name to get in.
+    """
+    spaces = sorted({namespace, *([operator_namespace] if operator_namespace else []), *allowed})
+    peers = [
+        {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": ns}}} for ns in spaces
+    ]
+    return {
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": _meta(names(spec.name)["networkpolicy"], spec.name, namespace),
+        "spec": {
+            "podSelector": {"matchLabels": selector(spec.name)},
+            "policyTypes": ["Ingress"],
+            "ingress": [{"from": peers, "ports": [{"port": PORT, "protocol": "TCP"}]}],
+        },
     }
 
 
 def token_ref(spec: NodeSpec) -> tuple[str, str]:
-    """(Secret, key) that holds the node's token."""
+    """(Secret, key) that holds the node's write token."""
     return spec.token_secret or (names(spec.name)["secret"], TOKEN_KEY)
+
+
+def token_digest(write: str, read: str) -> str:
+    """Of the tokens' values: a rotated or re-created Secret rolls the node (the pod reads
+    its tokens from the environment at start, so only a new pod sees new ones)."""
+    return hashlib.sha256(f"{write}\0{read}".encode()).hexdigest()[:16]
 
 
 def service(spec: NodeSpec, namespace: str, headless: bool = False) -> dict[str, Any]:
@@ -108,7 +142,8 @@ def checksum(config: dict[str, Any], extra: str = "") -> str:
     return hashlib.sha256(text.encode()).hexdigest()[:16]
 
 
-def statefulset(spec: NodeSpec, namespace: str) -> dict[str, Any]:
+def statefulset(spec: NodeSpec, namespace: str, tokens: str = "") -> dict[str, Any]:
+    """``tokens`` is ``token_digest`` of the tokens the pod will read."""
     n = names(spec.name)
     secret, key = token_ref(spec)
     probe = {"httpGet": {"path": "/healthz", "port": "http"}}
@@ -121,7 +156,11 @@ def statefulset(spec: NodeSpec, namespace: str) -> dict[str, Any]:
             {
                 "name": "PLATEAU_AUTH__TOKEN",
                 "valueFrom": {"secretKeyRef": {"name": secret, "key": key}},
-            }
+            },
+            {
+                "name": "PLATEAU_AUTH__READ_TOKEN",
+                "valueFrom": {"secretKeyRef": {"name": n["secret"], "key": READ_TOKEN_KEY}},
+            },
         ],
         "volumeMounts": [
             {"name": "data", "mountPath": DATA_DIR},
@@ -154,6 +193,8 @@ def statefulset(spec: NodeSpec, namespace: str) -> dict[str, Any]:
         # No Docker-link variables: a Service named plateau-* would otherwise put
         # PLATEAU_*_PORT=tcp://... into the node's environment, where its settings live.
         "enableServiceLinks": False,
+        # the node never calls the API server: no credential in the pod to steal
+        "automountServiceAccountToken": False,
         "containers": [container],
         "terminationGracePeriodSeconds": GRACE_SECONDS,
         "securityContext": {
@@ -161,6 +202,8 @@ def statefulset(spec: NodeSpec, namespace: str) -> dict[str, Any]:
             "runAsUser": UID,
             "runAsGroup": UID,
             "fsGroup": UID,
+            # chown the volume only when its root is not the node's yet, not on every start
+            "fsGroupChangePolicy": "OnRootMismatch",
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "volumes": [
@@ -183,7 +226,7 @@ def statefulset(spec: NodeSpec, namespace: str) -> dict[str, Any]:
     }
     if spec.storage_class:
         claim["spec"]["storageClassName"] = spec.storage_class
-    digest = checksum(spec.node_config(), f"{secret}/{key}")
+    digest = checksum(spec.node_config(), f"{secret}/{key}/{tokens}")
     return {
         "apiVersion": "apps/v1",
         "kind": "StatefulSet",

@@ -109,17 +109,26 @@ class NodeSpec:
     segment: dict[str, Any]
     token_secret: tuple[str, str] | None  # (name, key) of a user's Secret
     retain_volume: bool = True  # the claim outlives the PlateauNode
+    allowed_namespaces: tuple[str, ...] = ()  # NetworkPolicy: who else may connect
+    image_pinned: bool = False  # spec.image set: the node does not follow the operator's
 
     @classmethod
     def parse(cls, name: str, spec: dict[str, Any], default_image: str) -> NodeSpec:
         storage = spec["storage"]
         settings = spec.get("settings") or {}
         ref = (spec.get("auth") or {}).get("secretRef")
+        modes = list(storage.get("accessModes") or ["ReadWriteOnce"])
+        if "ReadWriteOncePod" in modes:
+            # the CRD refuses it too; an object stored before that rule gets this
+            raise InvalidSpec(
+                "spec.storage.accessModes: ReadWriteOncePod stops Spark's executors from "
+                "mounting the node's volume read-only next to it; use ReadWriteOnce"
+            )
         return cls(
             name=name,
             size_bytes=_bytes(storage["size"], "spec.storage.size"),
             storage_class=storage.get("storageClassName"),
-            access_modes=list(storage.get("accessModes") or ["ReadWriteOnce"]),
+            access_modes=modes,
             image=spec.get("image") or default_image,
             pull_policy=spec.get("imagePullPolicy"),
             resources=spec.get("resources") or {},
@@ -131,6 +140,8 @@ class NodeSpec:
             segment=segment_settings(settings.get("segment") or {}, "spec.settings.segment"),
             token_secret=(ref["name"], ref.get("key", "token")) if ref else None,
             retain_volume=bool(spec.get("retainVolume", True)),
+            allowed_namespaces=tuple((spec.get("network") or {}).get("allowedNamespaces") or ()),
+            image_pinned=bool(spec.get("image")),
         )
 
     def node_config(self) -> dict[str, Any]:

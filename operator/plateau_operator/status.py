@@ -8,7 +8,7 @@ that writes the same state every time leaves it alone (and GitOps tools and
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Any
@@ -17,11 +17,34 @@ from plateau.client.units import format_bytes
 
 
 class TopicReason(StrEnum):
+    """``Ready``'s reason on a PlateauTopic; each names who has to act."""
+
     SYNCED = "Synced"
-    OVER_BUDGET = "OverBudget"
+    OVER_BUDGET = "OverBudget"  # the node refused the budget: lower it or grow the node
     NODE_NOT_FOUND = "NodeNotFound"
-    NODE_UNREACHABLE = "NodeUnreachable"
+    NODE_NOT_READY = "NodeNotReady"  # the node has no ready pod yet
+    NODE_UNREACHABLE = "NodeUnreachable"  # connection failures and 5xx: retried with backoff
+    INVALID = "Invalid"  # 400/422, partitions decreasing, a spec the operator cannot read
+    UNAUTHORIZED = "Unauthorized"  # 401/403: the operator's token is not the node's
+    RESOURCE_CONFLICT = "ResourceConflict"  # another PlateauTopic owns the node's topic
+
+
+class NodeReason(StrEnum):
+    """Reasons of a PlateauNode's ``Ready``, ``Progressing`` and ``Degraded`` conditions."""
+
+    READY = "NodeReady"
+    NOT_READY = "NotReady"
     INVALID = "Invalid"
+    RESOURCE_CONFLICT = "ResourceConflict"  # a child's name is taken by an object not ours
+    TOKEN_SECRET_MISSING = "TokenSecretMissing"  # auth.secretRef names no such Secret/key
+    UNAUTHORIZED = "Unauthorized"
+    ROLLING_UPDATE = "RollingUpdate"
+    WAITING_FOR_ROLLOUT = "WaitingForRollout"  # another node is rolling: one at a time
+    STARTING = "Starting"
+    STABLE = "Stable"
+    HEALTHY = "Healthy"
+    EXPANSION_UNSUPPORTED = "ExpansionUnsupported"
+    VOLUME_NOT_BOUND = "VolumeNotBound"
 
 
 @dataclass
@@ -30,8 +53,16 @@ class Outcome:
 
     status: dict[str, Any]
     retry_after: float | None = None  # None: done until the next change or timer
-    warning: str | None = None  # an Event to emit (over budget, invalid)
+    warning: str | None = None  # the failure's sentence (a Warning Event on a transition)
     permanent: bool = False  # retrying cannot help (Invalid)
+    notes: list[tuple[str, str]] = field(default_factory=list)  # Normal Events: (reason, msg)
+
+
+def ready_of(status: dict[str, Any]) -> tuple[str, str]:
+    """(status, reason) of the ``Ready`` condition in ``status``, ("", "") when none."""
+    conds: list[dict[str, Any]] = status.get("conditions") or []
+    cond: dict[str, Any] = next((c for c in conds if c.get("type") == "Ready"), {})
+    return str(cond.get("status", "")), str(cond.get("reason", ""))
 
 
 def now_iso() -> str:
@@ -79,9 +110,9 @@ def topic_usage(status: dict[str, Any]) -> dict[str, Any]:
         "records": int(usage.get("records", 0)),
         "partitions": partitions,
     }
-    for key, field in (("oldest_time_ms", "oldestTime"), ("newest_time_ms", "newestTime")):
+    for key, name in (("oldest_time_ms", "oldestTime"), ("newest_time_ms", "newestTime")):
         if usage.get(key) is not None:
-            out[field] = datetime.fromtimestamp(usage[key] / 1000, UTC).strftime(
+            out[name] = datetime.fromtimestamp(usage[key] / 1000, UTC).strftime(
                 "%Y-%m-%dT%H:%M:%SZ"
             )
     return out

@@ -2,40 +2,68 @@
 
 Level-based and idempotent: every call sends the whole desired state (the
 node's ``PUT /admin/topics`` is idempotent), so a timer calling it again puts
-back a topic the node lost (a node restarted on an empty volume). The outcome
-says what the status becomes and whether and when to try again.
+back a topic the node lost (a node restarted on an empty volume).
+
+One owner per node topic: every PUT names this PlateauTopic (namespace, name,
+UID) as the owner, and the node refuses (409 ``OwnerConflict``) a topic that
+another resource owns or that nobody owns (made by hand, or kept by an older
+operator). The refused claimant changes nothing and its deletion never
+touches the node. A PlateauTopic re-created under the same namespace and name
+(GitOps recreating it) takes its retained topic back; anything else needs the
+``plateau.dev/adopt: "true"`` annotation, and even then never over a
+PlateauTopic that still exists.
 """
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
-from plateau.client.errors import ConflictError, NotFoundError, PlateauClientError
-from plateau_operator.kube import Kube
-from plateau_operator.nodeaccess import API_VERSION, node_client
-from plateau_operator.spec import InvalidSpec, TopicSpec
-from plateau_operator.status import (
-    Outcome,
-    TopicReason,
-    now_iso,
-    set_condition,
-    topic_usage,
+from kubernetes.client.exceptions import ApiException
+
+from plateau.client.errors import (
+    AuthError,
+    BadRequestError,
+    ConflictError,
+    NotFoundError,
+    PlateauClientError,
 )
+from plateau_operator.crd import ADOPT_ANNOTATION, API_VERSION, NODE_KIND, TOPIC_KIND, annotation
+from plateau_operator.kube import Kube
+from plateau_operator.nodeaccess import NoAccess, client_for, target
+from plateau_operator.settings import OperatorSettings
+from plateau_operator.spec import InvalidSpec, TopicSpec
+from plateau_operator.status import Outcome, TopicReason, set_condition, topic_usage
 
-DELETE_ATTEMPTS = 5  # then a deleted PlateauTopic lets go, keeping the data
+SLOW_RETRY = 300.0  # a refusal that only a person can fix: checked again, not hammered
 
 
-def reconcile(
-    kube: Kube,
-    name: str,
-    namespace: str,
-    spec: dict[str, Any],
-    status: dict[str, Any],
-    generation: int,
-    image: str,
-    attempt: int = 0,
-) -> Outcome:
-    conditions = status.get("conditions")
+def owner_of(body: dict[str, Any]) -> dict[str, str]:
+    meta = body["metadata"]
+    return {
+        "kind": TOPIC_KIND,
+        "namespace": meta["namespace"],
+        "name": meta["name"],
+        "uid": meta["uid"],
+    }
+
+
+def describe(owner: dict[str, Any] | None) -> str:
+    if not owner:
+        return "nobody (a topic made outside the operator, or kept by an older version)"
+    kind, uid = owner.get("kind", TOPIC_KIND), owner.get("uid")
+    return f"{kind} {owner.get('namespace')}/{owner.get('name')} (uid {uid})"
+
+
+def backoff(attempt: int) -> float:
+    return min(300.0, 5.0 * 2.0 ** min(attempt, 6))
+
+
+def reconcile(kube: Kube, body: dict[str, Any], cfg: OperatorSettings, attempt: int = 0) -> Outcome:
+    meta = body["metadata"]
+    name, namespace = meta["name"], meta["namespace"]
+    generation = int(meta.get("generation", 0))
+    conditions = (body.get("status") or {}).get("conditions")
 
     def outcome(ok: bool, reason: TopicReason, message: str, **extra: Any) -> Outcome:
         new = {
@@ -44,53 +72,144 @@ def reconcile(
         }
         return Outcome({**new, **extra.pop("status", {})}, **extra)
 
+    def failed(reason: TopicReason, message: str, retry: float) -> Outcome:
+        return outcome(False, reason, message, warning=message, retry_after=retry)
+
     try:
-        topic = TopicSpec.parse(name, spec)
+        topic = TopicSpec.parse(name, body["spec"])
     except InvalidSpec as exc:
         return outcome(False, TopicReason.INVALID, str(exc), warning=str(exc), permanent=True)
-    node = kube.get(API_VERSION, "PlateauNode", topic.node, namespace)
+    try:
+        node = kube.get(API_VERSION, NODE_KIND, topic.node, namespace)
+    except ApiException as exc:
+        return failed(TopicReason.NODE_UNREACHABLE, f"API server: {exc.reason}", backoff(attempt))
     if node is None:
         message = f"PlateauNode {topic.node!r} does not exist in namespace {namespace!r}"
         return outcome(False, TopicReason.NODE_NOT_FOUND, message, retry_after=30.0)
+    owner = owner_of(body)
+    request = {**topic.admin_request(), "owner": owner}
     try:
-        with node_client(kube, node, namespace, image) as client:
-            client.put_topic(topic.topic, body=topic.admin_request())
+        with client_for(target(kube, node, cfg.node_image, cfg.allow_endpoint_override)) as client:
+            try:
+                reply = client.put_topic(topic.topic, body=request) or {}
+            except ConflictError as exc:
+                if exc.reason != "OwnerConflict" or not _may_adopt(kube, body, exc.owner):
+                    raise
+                reply = client.put_topic(topic.topic, body={**request, "adopt": True}) or {}
             info = client.get_topic(topic.topic) or {}
     except ConflictError as exc:
-        message = f"the budget does not fit node {topic.node!r}: {exc}"
-        return outcome(False, TopicReason.OVER_BUDGET, message, warning=message, retry_after=60.0)
-    except PlateauClientError as exc:
-        delay = min(300.0, 5.0 * 2 ** min(attempt, 6))  # capped exponential backoff
+        if exc.reason == "OwnerConflict":
+            hint = "" if exc.owner else f"; annotate {ADOPT_ANNOTATION}=true to take it over"
+            message = (
+                f"topic {topic.topic!r} on node {topic.node!r} belongs to {describe(exc.owner)}: "
+                f"this PlateauTopic changes nothing there{hint}"
+            )
+            return failed(TopicReason.RESOURCE_CONFLICT, message, SLOW_RETRY)
+        if exc.reason == "OverBudget":
+            message = f"the budget does not fit node {topic.node!r}: {exc.message}"
+            return failed(TopicReason.OVER_BUDGET, message, 60.0)
+        return failed(
+            TopicReason.INVALID, f"node {topic.node!r} refused: {exc.message}", SLOW_RETRY
+        )
+    except BadRequestError as exc:
+        return failed(
+            TopicReason.INVALID, f"node {topic.node!r} refused: {exc.message}", SLOW_RETRY
+        )
+    except AuthError as exc:
+        message = f"node {topic.node!r} refused the operator's token: {exc.message}"
+        return failed(TopicReason.UNAUTHORIZED, message, 60.0)
+    except (PlateauClientError, NoAccess, InvalidSpec) as exc:
+        delay = backoff(attempt)
         message = f"node {topic.node!r} unreachable: {exc}; retrying in {delay:.0f} s"
-        return outcome(False, TopicReason.NODE_UNREACHABLE, message, retry_after=delay)
-    synced = {"topicName": topic.topic, "lastSyncTime": now_iso(), "usage": topic_usage(info)}
+        return failed(TopicReason.NODE_UNREACHABLE, message, delay)
+    claim = str(reply.get("claim", ""))
+    notes = []
     message = f"topic {topic.topic!r} on node {topic.node!r} holds its configuration"
-    return outcome(True, TopicReason.SYNCED, message, status=synced)
+    if claim == "reclaimed":
+        old = (reply.get("previous_owner") or {}).get("uid")
+        message = (
+            f"took back its retained topic {topic.topic!r} (it belonged to uid {old}); {message}"
+        )
+        notes.append(("Reclaimed", message))
+    elif claim == "adopted":
+        message = (
+            f"adopted topic {topic.topic!r} from {describe(reply.get('previous_owner'))}; {message}"
+        )
+        notes.append(("Adopted", message))
+    elif claim == "created":
+        notes.append(("Created", f"created topic {topic.topic!r} on node {topic.node!r}"))
+    else:
+        # a later resync keeps the message of the transition (it says how the topic came
+        # to be this resource's: taken back, adopted) instead of rewriting it every time
+        was: dict[str, Any] = next((c for c in conditions or [] if c.get("type") == "Ready"), {})
+        if was.get("status") == "True" and was.get("reason") == TopicReason.SYNCED:
+            message = str(was.get("message") or message)
+    synced = {
+        "topicName": topic.topic,
+        "owner": {k: owner[k] for k in ("namespace", "name", "uid")},
+        "usage": topic_usage(info),
+    }
+    return outcome(True, TopicReason.SYNCED, message, status=synced, notes=notes)
 
 
-def delete(
-    kube: Kube, name: str, namespace: str, spec: dict[str, Any], image: str, attempt: int
-) -> bool:
-    """Delete the topic's data when its policy says so. True when done (or given up).
+def _may_adopt(kube: Kube, body: dict[str, Any], current: dict[str, Any] | None) -> bool:
+    """Adoption needs the annotation, and never takes a topic from a PlateauTopic that exists."""
+    if not annotation(body["metadata"], ADOPT_ANNOTATION):
+        return False
+    if not current:
+        return True
+    found = kube.get(
+        API_VERSION, TOPIC_KIND, str(current.get("name")), str(current.get("namespace"))
+    )
+    return found is None or found["metadata"].get("uid") != current.get("uid")
 
-    Never blocks forever: a node that is gone (or unreachable for several
-    tries, as when its namespace is being deleted too) keeps the data and lets
-    the PlateauTopic go.
+
+def delete(kube: Kube, body: dict[str, Any], cfg: OperatorSettings) -> tuple[bool, str | None]:
+    """Delete the topic's data when its policy says so: (done, warning for an Event).
+
+    Never blocks forever: a node that is gone or being deleted keeps the data
+    and lets the PlateauTopic go; one that cannot be reached for
+    ``delete_wait_seconds`` after the deletion began does the same, with a
+    Warning. Only this PlateauTopic's own topic is deleted (the node checks
+    the owner's UID).
     """
+    meta = body["metadata"]
     try:
-        topic = TopicSpec.parse(name, spec)
-    except InvalidSpec:
-        return True
+        topic = TopicSpec.parse(meta["name"], body["spec"])
+    except InvalidSpec as exc:
+        return True, f"spec unreadable ({exc}): the node's data, if any, is kept"
     if not topic.delete_data:
-        return True
-    node = kube.get(API_VERSION, "PlateauNode", topic.node, namespace)
-    if node is None or node["metadata"].get("deletionTimestamp"):
-        return True
+        return True, None
     try:
-        with node_client(kube, node, namespace, image) as client:
-            client.delete_topic(topic.topic)
+        node = kube.get(API_VERSION, NODE_KIND, topic.node, meta["namespace"])
+        if node is None or node["metadata"].get("deletionTimestamp"):
+            return True, None  # the data goes (or stays) with the node's volume
+        with client_for(target(kube, node, cfg.node_image, cfg.allow_endpoint_override)) as client:
+            client.delete_topic(topic.topic, owner_uid=meta["uid"])
     except NotFoundError:
-        return True  # already gone
-    except PlateauClientError:
-        return attempt >= DELETE_ATTEMPTS
-    return True
+        return True, None  # already gone
+    except ConflictError as exc:
+        return (
+            True,
+            f"topic {topic.topic!r} is not this PlateauTopic's ({describe(exc.owner)}): left alone",
+        )
+    except (PlateauClientError, NoAccess, ApiException, InvalidSpec) as exc:
+        waited = _since(meta.get("deletionTimestamp"))
+        if waited >= cfg.delete_wait_seconds:
+            return True, (
+                f"node {topic.node!r} not reached for {waited:.0f} s ({exc}): the PlateauTopic is "
+                f"released and topic {topic.topic!r} is kept on the node"
+            )
+        return False, None
+    return True, None
+
+
+def _since(stamp: Any) -> float:
+    if not stamp:
+        return 0.0
+    when = (
+        stamp
+        if isinstance(stamp, datetime)
+        else datetime.fromisoformat(str(stamp).replace("Z", "+00:00"))
+    )
+    return float((datetime.now(UTC) - when).total_seconds())

@@ -11,12 +11,8 @@ from __future__ import annotations
 
 import base64
 import json
-import os
-import subprocess
-import sys
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -29,7 +25,8 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from tests.arrowhttp import append
 from tests.kubeapi import KubeApi
-from tests.nodeproc import NodeProcess, free_port
+from tests.nodeproc import NodeProcess
+from tests.operatorproc import Operator, running_operator
 
 NS = "default"
 TOKEN = "node-secret-token"
@@ -47,32 +44,10 @@ def node(tmp_path: Path) -> Iterator[NodeProcess]:
     proc.stop()
 
 
-@dataclass
-class Operator:
-    proc: subprocess.Popen[bytes]
-    metrics: str
-    health: str
-
-
 @pytest.fixture
 def operator(kube: KubeApi, tmp_path: Path) -> Iterator[Operator]:
-    metrics, health = free_port(), free_port()
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(kube.kubeconfig),
-        "PLATEAU_OPERATOR_RESYNC_SECONDS": "2",
-        "PLATEAU_OPERATOR_METRICS_PORT": str(metrics),
-        "PLATEAU_OPERATOR_HEALTH_PORT": str(health),
-    }
-    log = (tmp_path / "operator.log").open("wb")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "plateau_operator"], env=env, stdout=log, stderr=subprocess.STDOUT
-    )
-    yield Operator(
-        proc, f"http://127.0.0.1:{metrics}/metrics", f"http://127.0.0.1:{health}/healthz"
-    )
-    proc.terminate()
-    proc.wait(timeout=30)
+    with running_operator(kube, tmp_path / "operator.log") as op:
+        yield op
 
 
 def metric(text: str, sample_name: str, **labels: str) -> float:
@@ -259,7 +234,11 @@ def test_growing_storage_patches_the_bound_claim_or_says_why_not(
             claim = {
                 "apiVersion": "v1",
                 "kind": "PersistentVolumeClaim",
-                "metadata": {"name": f"data-plateau-{name}-0", "namespace": NS},
+                "metadata": {
+                    "name": f"data-plateau-{name}-0",
+                    "namespace": NS,
+                    "labels": {"plateau.dev/node": name},  # as from the claim template
+                },
                 "spec": {
                     "accessModes": ["ReadWriteOnce"],
                     "storageClassName": cls,

@@ -13,6 +13,7 @@ from plateau.client.units import parse_duration
 from plateau.settings import load_settings
 from plateau.storage.topic_config import TopicConfigRequest
 from plateau_operator import resources
+from plateau_operator.crd import CHECKSUM_ANNOTATION
 from plateau_operator.spec import InvalidSpec, NodeSpec, TopicSpec
 from plateau_operator.status import node_usage, set_condition
 
@@ -92,13 +93,49 @@ def test_statefulset_runs_one_hardened_pod_on_its_sized_claim() -> None:
 def test_settings_changes_roll_the_pod_and_nothing_else_does() -> None:
     def digest(spec: NodeSpec) -> str:
         tpl = resources.statefulset(spec, "ns")["spec"]["template"]["metadata"]
-        return str(tpl["annotations"][resources.CHECKSUM_ANNOTATION])
+        return str(tpl["annotations"][CHECKSUM_ANNOTATION])
 
     base = digest(node())
     assert digest(node()) == base
     assert digest(node(settings={"durability": "relaxed"})) != base
     assert digest(node(storage={"size": "30Gi"})) != base  # capacity is a setting
     assert digest(node(auth={"secretRef": {"name": "mine"}})) != base
+
+
+def test_a_new_token_value_rolls_the_pod() -> None:
+    """The pod reads its tokens at start: a rotated Secret needs a new pod (same name)."""
+
+    def digest(write: str, read: str) -> str:
+        sts = resources.statefulset(node(), "ns", resources.token_digest(write, read))
+        return str(sts["spec"]["template"]["metadata"]["annotations"][CHECKSUM_ANNOTATION])
+
+    assert digest("w", "r") == digest("w", "r")
+    assert digest("w2", "r") != digest("w", "r") != digest("w", "r2")
+
+
+def test_node_pod_reads_both_tokens_and_mounts_no_service_account_token() -> None:
+    pod = resources.statefulset(node(), "ns")["spec"]["template"]["spec"]
+    env = {e["name"]: e["valueFrom"]["secretKeyRef"] for e in pod["containers"][0]["env"]}
+    assert env["PLATEAU_AUTH__TOKEN"] == {"name": "plateau-ingest-token", "key": "token"}
+    assert env["PLATEAU_AUTH__READ_TOKEN"] == {"name": "plateau-ingest-token", "key": "readToken"}
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["securityContext"]["fsGroupChangePolicy"] == "OnRootMismatch"
+
+
+def test_network_policy_admits_the_node_namespace_the_operator_and_the_listed() -> None:
+    pol = resources.network_policy(node(), "team-a", "plateau-system", ["monitoring"])
+    (rule,) = pol["spec"]["ingress"]
+    spaces = [
+        p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] for p in rule["from"]
+    ]
+    assert spaces == ["monitoring", "plateau-system", "team-a"]
+    assert rule["ports"] == [{"port": 3030, "protocol": "TCP"}]
+    assert pol["spec"]["podSelector"] == {"matchLabels": {"plateau.dev/node": "ingest"}}
+
+
+def test_read_write_once_pod_is_refused_with_the_reason() -> None:
+    with pytest.raises(InvalidSpec, match="Spark"):
+        node(storage={"size": "1Gi", "accessModes": ["ReadWriteOncePod"]})
 
 
 def test_node_pod_gets_no_service_link_variables() -> None:
@@ -114,7 +151,8 @@ def test_children_carry_only_the_operators_labels() -> None:
         resources.service(spec, "ns"),
         resources.service(spec, "ns", headless=True),
         resources.config_map(spec, "ns"),
-        resources.token_secret(spec, "ns", "t0k"),
+        resources.token_secret(spec, "ns", {"token": "t0k", "readToken": "r3ad"}),
+        resources.network_policy(spec, "ns", "plateau-system", ["monitoring"]),
     ]
     for obj in objs:
         own = resources.labels("ingest")
@@ -146,7 +184,10 @@ def test_node_usage_for_printing() -> None:
 def test_crd_durations_are_the_ones_the_operator_parses() -> None:
     crd = yaml.safe_load((ROOT / "crds" / "plateau.dev_plateautopics.yaml").read_text())
     props = crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]
-    pattern = re.compile(props["properties"]["retention"]["properties"]["maxAge"]["pattern"])
+    rule = props["properties"]["retention"]["properties"]["maxAge"]["x-kubernetes-validations"]
+    found = re.fullmatch(r"self\.matches\('(.*)'\)", rule[0]["rule"])
+    assert found, rule
+    pattern = re.compile(found.group(1))
     for text in ["30s", "15m", "12h", "7d", "2w", "1h30m", "500ms", "1.5h"]:
         assert pattern.fullmatch(text) and parse_duration(text) > 0, text
     for text in ["1y", "", "h", "-1s", "1 h"]:

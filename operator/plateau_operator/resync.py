@@ -1,0 +1,55 @@
+"""When each custom resource is next reconciled without a change: the operator's own timer.
+
+kopf's timers put a finalizer on every object they run for (kopf stops them
+before the object goes). A PlateauNode must not carry one: its children go
+by owner references, and a finalizer nobody removes (operator uninstalled or
+crash-looping) would wedge its deletion and its namespace's. So the periodic
+re-apply that puts back what a node lost runs from this book instead, fed by
+kopf's watch events (``on.event`` needs no finalizer), for both kinds alike.
+
+Lock order: ``_lock`` is a leaf (dictionary updates only, no I/O, no callbacks).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from plateau_operator.serial import Key
+
+
+class ResyncBook:
+    def __init__(self, interval: float) -> None:
+        self.interval = interval
+        self._lock = threading.Lock()
+        self._due: dict[Key, float] = {}
+        self._running: set[Key] = set()
+
+    def see(self, key: Key) -> None:
+        """A watch event for ``key``: known objects keep their turn, new ones are due now."""
+        with self._lock:
+            self._due.setdefault(key, time.monotonic())
+
+    def forget(self, key: Key) -> None:
+        with self._lock:
+            self._due.pop(key, None)
+
+    def done(self, key: Key, retry_after: float | None) -> None:
+        """A reconcile of ``key`` finished: next one after ``retry_after`` or the interval."""
+        delay = self.interval if retry_after is None else min(retry_after, self.interval)
+        with self._lock:
+            self._running.discard(key)
+            if key in self._due:
+                self._due[key] = time.monotonic() + delay
+
+    def take_due(self, now: float | None = None) -> list[Key]:
+        """Keys whose turn has come and that no resync is running; marked running."""
+        now = time.monotonic() if now is None else now
+        with self._lock:
+            due = [k for k, t in self._due.items() if t <= now and k not in self._running]
+            self._running.update(due)
+            return sorted(due)
+
+    def keys(self) -> list[Key]:
+        with self._lock:
+            return sorted(self._due)
