@@ -42,7 +42,8 @@ if ready == nil then
   return hs
 end
 -- Ready is False: a node still starting is on its way; anything else needs a person
--- (Invalid, OverBudget, NodeNotFound) or a node that came back (NodeUnreachable).
+-- (Invalid, OverBudget, NodeNotFound, ResourceConflict, Unauthorized) or a node
+-- that came back (NodeUnreachable).
 if ready.reason == "NotReady" then
   hs.status = "Progressing"
 else
