@@ -8,7 +8,9 @@ never goes back: the newest spec was read under the lock), and posts an
 Event when ``Ready`` changes (one Warning per transition, not per resync).
 Change handlers run it at once; the operator's own resync loop
 (``resync.ResyncBook``) runs it every ``resyncSeconds`` without adding a
-finalizer. The annotation ``plateau.dev/paused: "true"`` stops it.
+finalizer, and sooner when an outcome asks to be retried (so change handlers
+never raise kopf's TemporaryError: the status already says what is wrong, and
+kopf would log every retry as an error). The annotation ``plateau.dev/paused: "true"`` stops it.
 """
 
 from __future__ import annotations
@@ -136,17 +138,9 @@ def _ready_message(status: dict[str, Any]) -> str:
     return str(cond["message"])
 
 
-def _raise_for(outcome: Outcome | None) -> None:
-    """Change handlers: kopf retries with the outcome's delay (the status is already written)."""
-    if outcome is None:
-        return
-    if outcome.permanent:
-        raise kopf.PermanentError(outcome.warning or "invalid")
-    if outcome.retry_after is not None:
-        raise kopf.TemporaryError(outcome.warning or "not ready yet", delay=outcome.retry_after)
-
-
-def reconcile_topic(body: dict[str, Any], attempt: int = 0) -> Outcome:
+def reconcile_topic(body: dict[str, Any]) -> Outcome:
+    meta = body["metadata"]
+    attempt = book.attempt((TOPIC_KIND, meta["namespace"], meta["name"]))
     return topics.reconcile(kube(), body, cfg, attempt)
 
 
@@ -166,9 +160,9 @@ WORK: dict[str, Callable[[dict[str, Any]], Outcome]] = {
 @kopf.on.resume(GROUP, VERSION, TOPIC_PLURAL)
 @kopf.on.create(GROUP, VERSION, TOPIC_PLURAL)
 @kopf.on.update(GROUP, VERSION, TOPIC_PLURAL, field="spec")
-def topic_changed(name: str, namespace: str | None, retry: int, **_: Any) -> None:
+def topic_changed(name: str, namespace: str | None, **_: Any) -> None:
     if namespace is not None:
-        _raise_for(run((TOPIC_KIND, namespace, name), lambda b: reconcile_topic(b, retry)))
+        run((TOPIC_KIND, namespace, name), reconcile_topic)
 
 
 @kopf.on.delete(GROUP, VERSION, TOPIC_PLURAL)
@@ -196,7 +190,7 @@ def topic_deleted(name: str, namespace: str | None, body: kopf.Body, **_: Any) -
 @kopf.on.update(GROUP, VERSION, NODE_PLURAL, field="spec")
 def node_changed(name: str, namespace: str | None, **_: Any) -> None:
     if namespace is not None:
-        _raise_for(run((NODE_KIND, namespace, name), reconcile_node))
+        run((NODE_KIND, namespace, name), reconcile_node)
 
 
 @kopf.on.delete(GROUP, VERSION, NODE_PLURAL, optional=True)  # no finalizer: owners cascade

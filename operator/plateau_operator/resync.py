@@ -24,6 +24,7 @@ class ResyncBook:
         self._lock = threading.Lock()
         self._due: dict[Key, float] = {}
         self._running: set[Key] = set()
+        self._retries: dict[Key, int] = {}  # consecutive reconciles that asked for a retry
 
     def see(self, key: Key) -> None:
         """A watch event for ``key``: known objects keep their turn, new ones are due now."""
@@ -33,14 +34,24 @@ class ResyncBook:
     def forget(self, key: Key) -> None:
         with self._lock:
             self._due.pop(key, None)
+            self._retries.pop(key, None)
 
     def done(self, key: Key, retry_after: float | None) -> None:
         """A reconcile of ``key`` finished: next one after ``retry_after`` or the interval."""
         delay = self.interval if retry_after is None else min(retry_after, self.interval)
         with self._lock:
             self._running.discard(key)
+            if retry_after is None:
+                self._retries.pop(key, None)
+            elif key in self._due:
+                self._retries[key] = self._retries.get(key, 0) + 1
             if key in self._due:
                 self._due[key] = time.monotonic() + delay
+
+    def attempt(self, key: Key) -> int:
+        """How many reconciles of ``key`` in a row asked to be retried (for backoffs)."""
+        with self._lock:
+            return self._retries.get(key, 0)
 
     def take_due(self, now: float | None = None) -> list[Key]:
         """Keys whose turn has come and that no resync is running; marked running."""

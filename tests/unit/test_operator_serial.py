@@ -100,6 +100,9 @@ def test_resync_book_retries_sooner_than_the_interval_never_later() -> None:
     assert book.take_due(time.monotonic() + 0.01) == [key]
     book.done(key, 3600)
     assert book.take_due(time.monotonic() + 61) == [key]
+    assert book.attempt(key) == 2, "two retries in a row: the backoff grows"
+    book.done(key, None)
+    assert book.attempt(key) == 0, "a success resets it"
 
 
 def test_rollout_gate_lets_one_node_roll_at_a_time() -> None:
