@@ -7,6 +7,7 @@ set -euo pipefail
 PKGS=(
     containerd runc containernetworking-plugins   # container runtime and CNI plugins
     iptables conntrack ipset socat ethtool iproute2 util-linux mount kmod  # kubelet / kube-proxy needs
+    nftables                                      # kube-network-policies: the kernel probe, inspection
     buildah debootstrap fakeroot                  # daemonless image build
     openssl ca-certificates                       # certificates
     gcc libc6-dev busybox-static                  # the static pause binary, the tiny tools image
