@@ -20,6 +20,11 @@ IN_CI = os.environ.get("CI", "").lower() == "true"
 IMAGE = os.environ.get("PLATEAU_IMAGE", "localhost/plateau:dev")
 # Nothing is ever pulled: images are loaded into the cluster before the tests.
 PULL_POLICY = os.environ.get("PLATEAU_IMAGE_PULL_POLICY", "Never")
+# The plateau image's user (images/Dockerfile).
+UID = 10001
+# Every test namespace enforces the Pod Security Standard `restricted`, as a
+# hardened production namespace would: the tests prove the product runs there.
+POD_SECURITY = "restricted"
 
 
 class KubeError(RuntimeError):
@@ -141,9 +146,17 @@ class Kube:
         return f"--- pods\n{pods}\n--- events\n{events[-3000:]}"
 
 
-def new_namespace(kube: Kube, prefix: str) -> Kube:
+def new_namespace(kube: Kube, prefix: str, pod_security: str = POD_SECURITY) -> Kube:
+    """A namespace of a unique name that enforces (and warns of) the Pod Security
+    Standard ``pod_security``; its kubectl, once its default service account exists."""
     name = f"{prefix}-{uuid.uuid4().hex[:6]}"
-    kube.run("create", "namespace", name, namespaced=False)
+    labels = {f"pod-security.kubernetes.io/{mode}": pod_security for mode in ("enforce", "warn")}
+    manifest = {
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": name, "labels": labels},
+    }
+    kube.run("create", "-f", "-", stdin=json.dumps(manifest), namespaced=False)
     # The namespace's default service account is made by the controller manager.
     ns = Kube(kube.kubeconfig, kube.kubectl_path, name)
     ns.wait_for("the default service account", lambda: ns.exists("serviceaccount", "default"), 60)
@@ -161,7 +174,7 @@ def pod(
     env: dict[str, str] | None = None,
     ports: list[int] | None = None,
 ) -> dict[str, Any]:
-    """A pod running the plateau image as its non-root user."""
+    """A pod running the plateau image as its non-root user, `restricted`-compliant."""
     return {
         "apiVersion": "v1",
         "kind": "Pod",
@@ -182,17 +195,29 @@ def pod_spec(
         "image": IMAGE,
         "imagePullPolicy": PULL_POLICY,
         "command": command,
-        "securityContext": {
-            "runAsNonRoot": True,
-            "allowPrivilegeEscalation": False,
-            "capabilities": {"drop": ["ALL"]},
-        },
+        "securityContext": restricted_container(),
         "volumeMounts": mounts or [],
         "env": [{"name": k, "value": v} for k, v in (env or {}).items()],
         "ports": [{"containerPort": p} for p in ports or []],
     }
     return {
         "terminationGracePeriodSeconds": 5,
+        "securityContext": restricted_pod(UID),
         "containers": [container],
         "volumes": volumes or [],
     }
+
+
+def restricted_pod(uid: int) -> dict[str, Any]:
+    """A pod securityContext that the Pod Security Standard `restricted` admits."""
+    return {
+        "runAsNonRoot": True,
+        "runAsUser": uid,
+        "runAsGroup": uid,
+        "seccompProfile": {"type": "RuntimeDefault"},
+    }
+
+
+def restricted_container() -> dict[str, Any]:
+    """A container securityContext that the Pod Security Standard `restricted` admits."""
+    return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}

@@ -1,5 +1,6 @@
 """The cluster is real: images, storage, Service networking and DNS, NetworkPolicy,
-controllers, the kubelet and the API server, each proven with real pods."""
+Pod Security admission, controllers, the kubelet and the API server, each proven
+with real pods."""
 
 from __future__ import annotations
 
@@ -267,6 +268,22 @@ def test_network_policy_admits_only_the_namespace_it_names(ns: Kube, kube: Kube)
     finally:
         for space in (allowed, other):
             space.run("delete", "namespace", space.namespace, "--wait=false", namespaced=False)
+
+
+def test_namespaces_enforce_pod_security_restricted(ns: Kube) -> None:
+    labels = ns.get("namespace", ns.namespace, namespaced=False)["metadata"]["labels"]
+    assert labels["pod-security.kubernetes.io/enforce"] == "restricted"
+    # The API server's PodSecurity admission refuses a pod that runs as root...
+    root = pod("root", ["id", "-u"])
+    root["spec"]["securityContext"] = {"runAsUser": 0}
+    del root["spec"]["containers"][0]["securityContext"]
+    proc = ns.run("create", "--dry-run=server", "-f", "-", stdin=json.dumps(root), check=False)
+    assert proc.returncode != 0
+    assert 'violates PodSecurity "restricted' in proc.stderr, proc.stderr
+    # ...and admits the tests' own pods, which run as the image's user.
+    ns.apply(pod("user", ["id", "-u"]))
+    assert ns.wait_pod_done("user") == "Succeeded", ns.logs("user")
+    assert ns.logs("user").strip() == "10001"
 
 
 def _pid(component: str) -> str:

@@ -73,6 +73,7 @@ def _statefulset() -> list[dict[str, Any]]:
                             "runAsUser": 10001,
                             "runAsGroup": 10001,
                             "fsGroup": 10001,
+                            "seccompProfile": {"type": "RuntimeDefault"},
                         },
                         "containers": [
                             {

@@ -17,10 +17,12 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e.kube import IN_CI, ROOT, Kube, pod
+from tests.e2e.kube import IN_CI, ROOT, Kube, pod, restricted_container, restricted_pod
 from tests.e2e.test_plateau_node import _statefulset
 
 SPARK_IMAGE = os.environ.get("PLATEAU_SPARK_IMAGE", "localhost/plateau-spark:dev")
+# The Spark image's user: Spark's own uid, as its images run (images/build --spark).
+SPARK_UID = 185
 FILL = """
 import sys
 import pyarrow as pa
@@ -67,6 +69,31 @@ def spark_rbac(ns: Kube) -> None:
     ])  # fmt: skip
 
 
+def restricted_template(path: Path) -> Path:
+    """The pod template at ``path`` (made if absent) with the securityContext that the
+    namespace's Pod Security Standard `restricted` asks of Spark's driver and executor
+    pods: Spark sets none of its own and takes the first container of a template as
+    the base of its own container."""
+    template = yaml.safe_load(path.read_text()) if path.exists() else {}
+    template = {"apiVersion": "v1", "kind": "Pod", **(template or {})}
+    spec = template.setdefault("spec", {})
+    spec["securityContext"] = {**spec.get("securityContext", {}), **restricted_pod(SPARK_UID)}
+    container = (spec.get("containers") or [{}])[0]
+    container["securityContext"] = {
+        **container.get("securityContext", {}),
+        **restricted_container(),
+    }
+    spec["containers"] = [container, *(spec.get("containers") or [])[1:]]
+    path.write_text(yaml.safe_dump(template))
+    return path
+
+
+def templates(path: Path) -> list[str]:
+    """spark-submit arguments: the pod template at ``path`` for the driver and executors."""
+    return [a for role in ("driver", "executor")
+            for a in ("--conf", f"spark.kubernetes.{role}.podTemplateFile={path}")]  # fmt: skip
+
+
 def api_server(kubeconfig: str) -> str:
     config: dict[str, Any] = yaml.safe_load(Path(kubeconfig).read_text())
     context = next(c for c in config["contexts"] if c["name"] == config["current-context"])
@@ -99,6 +126,10 @@ def test_spark_job_in_cluster_mode_reads_the_node_volume_and_url(
     assert conf.returncode == 0, conf.stderr
     host = ns.get("pod", "plateau-0")["spec"]["nodeName"]
     assert host in (tmp_path / "template.yaml").read_text()
+    # spark-conf's template (the volume's host) is the one spark-submit is given: the
+    # restricted securityContext goes into it.
+    assert f"podTemplateFile={tmp_path / 'template.yaml'}" in conf.stdout
+    restricted_template(tmp_path / "template.yaml")
     job = ["--path", "/plateau/data", "--topic", "t", "--column", "v"]
     report, _ = run_job(ns, spark_image, kubeconfig, "plateau-e2e-driver", conf.stdout.split(), job)
     assert report == {"topic": "t", "hours": 1, "rows": 1000}
@@ -111,6 +142,7 @@ def test_spark_job_in_cluster_mode_reads_the_node_volume_and_url(
     # the node's URL instead: read_topic's JVM reader, on the image's Spark classpath
     url = f"http://plateau.{ns.namespace}.svc.cluster.local:3030"
     namespace = ["--conf", f"spark.kubernetes.namespace={ns.namespace}"]
+    namespace += templates(restricted_template(tmp_path / "restricted.yaml"))
     report, logs = run_job(ns, spark_image, kubeconfig, "plateau-e2e-url", namespace,
                            ["--url", url, "--topic", "t", "--column", "v"])  # fmt: skip
     assert report == {"topic": "t", "hours": 1, "rows": 1002}  # the open rows too
