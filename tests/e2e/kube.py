@@ -159,7 +159,14 @@ def new_namespace(kube: Kube, prefix: str, pod_security: str = POD_SECURITY) -> 
     kube.run("create", "-f", "-", stdin=json.dumps(manifest), namespaced=False)
     # The namespace's default service account is made by the controller manager.
     ns = Kube(kube.kubeconfig, kube.kubectl_path, name)
-    ns.wait_for("the default service account", lambda: ns.exists("serviceaccount", "default"), 60)
+    try:
+        ns.wait_for(
+            "the default service account", lambda: ns.exists("serviceaccount", "default"), 60
+        )
+    except AssertionError:
+        # No test gets it, so no test's cleanup deletes it.
+        kube.run("delete", "namespace", name, "--wait=false", namespaced=False, check=False)
+        raise
     return ns
 
 
