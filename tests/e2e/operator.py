@@ -26,6 +26,8 @@ RESYNC_SECONDS = 5
 class Release:
     system: Kube  # the operator's namespace
     timings: dict[str, float]
+    name: str = ""
+    values: tuple[str, ...] = ()  # the --set values it was installed with
 
     def operator_pod(self) -> dict[str, Any]:
         """The running operator pod (not one being deleted), or {}."""
@@ -51,9 +53,17 @@ def helm(kube: Kube, *args: str, timeout: float = 300) -> str:
     return proc.stdout
 
 
+def upgrade(kube: Kube, release: Release, *values: str) -> None:
+    """``helm upgrade`` to ``values`` over the install's, as a user upgrades the operator."""
+    sets = [a for v in (*release.values, *values) for a in ("--set", v)]
+    helm(kube, "upgrade", release.name, str(CHART), "--namespace", release.system.namespace,
+         "--skip-crds", *sets, "--wait", "--timeout", "240s")  # fmt: skip
+
+
 @contextmanager
-def installed(kube: Kube) -> Iterator[Release]:
-    """``helm install`` of the chart, cluster-wide, until the operator pod is ready."""
+def installed(kube: Kube, *extra: str, uninstall: bool = True) -> Iterator[Release]:
+    """``helm install`` of the chart (cluster-wide unless ``extra`` sets watchNamespaces),
+    until the operator pod is ready; ``helm uninstall`` after, unless the test did."""
     t0 = time.monotonic()
     # The CRDs as docs/operator.md says to upgrade them (a kept cluster may hold older
     # ones); helm then skips its own copy, which would conflict with kubectl's fields.
@@ -67,15 +77,18 @@ def installed(kube: Kube) -> Iterator[Release]:
         f"image.pullPolicy={PULL_POLICY}",
         f"resyncSeconds={RESYNC_SECONDS}",
         "logFormat=plain",
+        *extra,
     ]
     sets = [a for v in values for a in ("--set", v)]
     helm(kube, "install", release, str(CHART), "--namespace", system.namespace,
          "--skip-crds", *sets, "--wait", "--timeout", "240s")  # fmt: skip
     timings = {"install_seconds": time.monotonic() - t0}
     try:
-        yield Release(system, timings)
+        yield Release(system, timings, release, tuple(values))
     finally:
-        helm(kube, "uninstall", release, "--namespace", system.namespace, "--wait")
+        if uninstall:
+            helm(kube, "uninstall", release, "--namespace", system.namespace, "--wait",
+                 "--ignore-not-found")  # fmt: skip
         system.run("delete", "namespace", system.namespace, "--wait=false", namespaced=False)
 
 
