@@ -20,8 +20,24 @@ from pathlib import Path
 from typing import Any
 
 from tests.kubeapi import KubeApi, free_port
+from tests.nodeproc import NodeProcess
 
 RESYNC_SECONDS = 2
+NODE_TOKEN = "node-secret-token"
+
+
+@contextmanager
+def managed_node(data_dir: Path) -> Iterator[NodeProcess]:
+    """A node as the operator runs it: 10 GiB, topics only through the admin API."""
+    env = {
+        "PLATEAU_STORAGE__AUTO_CREATE_TOPICS": "false",
+        "PLATEAU_STORAGE__CAPACITY_BYTES": str(10 << 30),
+    }
+    proc = NodeProcess(data_dir, token=NODE_TOKEN, env=env).start()
+    try:
+        yield proc
+    finally:
+        proc.stop()
 
 
 @dataclass

@@ -473,3 +473,37 @@ def test_the_operator_away_for_two_minutes_converges_on_return(
     ]
     for n in names[:4]:
         assert (node_topic(ns, "plateau-ingest-0", n) or {})["retention"]["max_bytes"] == 16 << 20
+
+
+def test_a_rotated_or_deleted_token_secret_rolls_the_node_and_the_operator_follows(
+    faults: Kube, release: Release
+) -> None:
+    """The pod reads its tokens at start: a new value must reach a new pod, and the
+    operator must call the node with it, within a minute; the old token stops working."""
+    ns = faults
+    old = tokens(ns, "ingest")
+    url = f"http://plateau-ingest.{ns.namespace}.svc:3030/topics"
+    client = client_pod(ns, "rotation-client")
+    took = []
+    for change in ("rotate", "delete"):
+        uid = ns.get("pod", "plateau-ingest-0")["metadata"]["uid"]
+        t0 = time.monotonic()
+        if change == "rotate":
+            patch = json.dumps({"stringData": {"token": f"rotated-{uid[:8]}"}})
+            ns.run("patch", "secret", "plateau-ingest-token", "--type=merge", "-p", patch)
+        else:
+            ns.run("delete", "secret", "plateau-ingest-token")
+        ns.wait_for(f"a new node pod after the token {change}", lambda uid=uid: ns.exists(
+            "pod", "plateau-ingest-0") and ns.get("pod", "plateau-ingest-0")["metadata"][
+            "uid"] != uid, 120)  # fmt: skip
+        ns.wait_ready("pod/plateau-ingest-0", timeout=120)
+        wait_ready(ns, release, "plateaunode", "ingest", timeout=120)
+        wait_ready(ns, release, "plateautopic", "events", timeout=120)
+        took.append(round(time.monotonic() - t0, 1))
+        new = tokens(ns, "ingest")
+        assert new["token"] != old["token"]
+        assert fetch(ns, client, url, old["token"]) == "401", "the old token no longer works"
+        assert fetch(ns, client, url, new["token"]) == "200"
+        old = new
+    print(json.dumps({"token_change_to_ready_seconds": took}))
+    assert max(took) < 60, took

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import base64
 import json
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -26,22 +25,17 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.arrowhttp import append
 from tests.kubeapi import KubeApi
 from tests.nodeproc import NodeProcess
-from tests.operatorproc import Operator, running_operator
+from tests.operatorproc import NODE_TOKEN, Operator, managed_node, running_operator, wait_until
 
 NS = "default"
-TOKEN = "node-secret-token"
+TOKEN = NODE_TOKEN
 GiB = 1 << 30
 
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[NodeProcess]:
-    env = {
-        "PLATEAU_STORAGE__AUTO_CREATE_TOPICS": "false",
-        "PLATEAU_STORAGE__CAPACITY_BYTES": str(10 * GiB),
-    }
-    proc = NodeProcess(tmp_path / "data", token=TOKEN, env=env).start()
-    yield proc
-    proc.stop()
+    with managed_node(tmp_path / "data") as proc:
+        yield proc
 
 
 @pytest.fixture
@@ -59,17 +53,6 @@ def metric(text: str, sample_name: str, **labels: str) -> float:
             ):
                 return float(sample.value)
     return 0.0
-
-
-def wait_until(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
 
 
 def get(kube: KubeApi, kind: str, name: str) -> dict[str, Any]:

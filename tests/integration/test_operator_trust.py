@@ -27,16 +27,18 @@ from tests.arrowhttp import append
 from tests.kubeapi import KubeApi
 from tests.nodeproc import NodeProcess
 from tests.operatorproc import (
+    NODE_TOKEN,
     RESYNC_SECONDS,
     Operator,
     condition,
     events,
     get,
+    managed_node,
     running_operator,
     wait_until,
 )
 
-TOKEN = "node-secret-token"
+TOKEN = NODE_TOKEN
 GiB, MiB = 1 << 30, 1 << 20
 API = "plateau.dev/v1alpha1"
 OPERATOR_LABELS = {
@@ -47,13 +49,8 @@ OPERATOR_LABELS = {
 
 @pytest.fixture
 def node(tmp_path: Path) -> Iterator[NodeProcess]:
-    env = {
-        "PLATEAU_STORAGE__AUTO_CREATE_TOPICS": "false",
-        "PLATEAU_STORAGE__CAPACITY_BYTES": str(10 * GiB),
-    }
-    proc = NodeProcess(tmp_path / "data", token=TOKEN, env=env).start()
-    yield proc
-    proc.stop()
+    with managed_node(tmp_path / "data") as proc:
+        yield proc
 
 
 @pytest.fixture
