@@ -4,20 +4,52 @@
 # version), so a second run on the same machine is fast and a new machine
 # still works from scratch. Source this file; it exports UV and puts .venv first
 # on PATH.
-set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-export PLATEAU_CACHE="${PLATEAU_CACHE:-$HOME/.cache/plateau-k8s}"
-UV_VERSION="0.13.9"
-UV_HOME="$PLATEAU_CACHE/uv-$UV_VERSION"
-if [ ! -x "$UV_HOME/bin/uv" ]; then
-    echo "bootstrap: installing uv $UV_VERSION into $UV_HOME" >&2
-    python3 -m pip install --quiet --disable-pip-version-check --target "$UV_HOME.tmp" "uv==$UV_VERSION"
-    rm -rf "$UV_HOME" && mv "$UV_HOME.tmp" "$UV_HOME"
-fi
-export UV="$UV_HOME/bin/uv"
-export UV_CACHE_DIR="$PLATEAU_CACHE/uv-cache"
-export UV_PYTHON_DOWNLOADS=never
-export UV_PYTHON="${UV_PYTHON:-python3.11}"
-# The spark extra too: the Spark tests run PySpark (the node image installs no extras).
-(cd "$ROOT" && "$UV" sync --frozen --quiet --extra spark)
-export PATH="$ROOT/.venv/bin:$PATH"
+#
+# Sourced into an interactive shell, it must leave that shell as it was: it
+# sets no shell option (no `set -e`: a failing command would close the
+# terminal), defines no variable besides its exports, and leaves no function
+# behind. Every step that can fail is checked by hand instead; a failure
+# prints one `bootstrap: ...` line and makes `source` return non-zero (a
+# script that sources it under `set -e`, such as tools/run-tests, stops there).
+# Externals go through `command`/`builtin` so the caller's aliases and
+# functions (an interactive `alias rm='rm -i'`) do not change what runs.
+
+_plateau_bootstrap() {
+    unset -f _plateau_bootstrap
+    local root uv_version uv_home
+    root="$(builtin cd "$(command dirname "${BASH_SOURCE[0]}")/.." && builtin pwd)" || {
+        builtin echo "bootstrap: cannot find the clone from ${BASH_SOURCE[0]}" >&2
+        return 1
+    }
+    export PLATEAU_CACHE="${PLATEAU_CACHE:-$HOME/.cache/plateau-k8s}"
+    uv_version="0.13.9"
+    uv_home="$PLATEAU_CACHE/uv-$uv_version"
+    if [ ! -x "$uv_home/bin/uv" ]; then
+        builtin echo "bootstrap: installing uv $uv_version into $uv_home" >&2
+        command python3 -m pip install --quiet --disable-pip-version-check \
+            --target "$uv_home.tmp" "uv==$uv_version" || {
+            builtin echo "bootstrap: failed: pip could not install uv $uv_version" \
+                "(needs python3 with pip, and PyPI)" >&2
+            return 1
+        }
+        if ! { command rm -rf "$uv_home" && command mv "$uv_home.tmp" "$uv_home"; }; then
+            builtin echo "bootstrap: failed: cannot move $uv_home.tmp to $uv_home" >&2
+            return 1
+        fi
+    fi
+    export UV="$uv_home/bin/uv"
+    export UV_CACHE_DIR="$PLATEAU_CACHE/uv-cache"
+    export UV_PYTHON_DOWNLOADS=never
+    export UV_PYTHON="${UV_PYTHON:-python3.11}"
+    # The spark extra too: the Spark tests run PySpark (the node image installs no extras).
+    "$UV" sync --directory "$root" --frozen --quiet --extra spark || {
+        builtin echo "bootstrap: failed: uv sync in $root (exit $?; $UV_PYTHON is required)" >&2
+        return 1
+    }
+    # First on PATH once: sourcing again does not stack copies.
+    case "$PATH" in
+    "$root/.venv/bin:"*) ;;
+    *) export PATH="$root/.venv/bin:$PATH" ;;
+    esac
+}
+_plateau_bootstrap
