@@ -40,6 +40,11 @@ class OperatorSettings(BaseSettings):
     resync_seconds: float = Field(
         default=60.0, gt=0, description="Seconds between full re-applies."
     )
+    usage_seconds: float = Field(
+        default=5.0,
+        ge=0,
+        description="Seconds between polls of each node's usage into status (0: none).",
+    )
     metrics_port: int = Field(default=8080, ge=0, description="Prometheus metrics port (0: none).")
     health_port: int = Field(default=8081, ge=0)
     stall_seconds: float = Field(default=300.0, gt=0, description="A reconcile older is wedged.")
