@@ -53,6 +53,7 @@ def aggregate(df: DataFrame, column: str | None) -> DataFrame:
     measures = [F.count(F.lit(1)).alias("rows")]
     if column:
         measures.append(F.avg(column).alias(f"mean_{column}"))
+        measures.append(F.sum(column).alias(f"sum_{column}"))
     return df.groupBy(F.date_trunc("hour", "_time").alias("hour")).agg(*measures).orderBy("hour")
 
 
@@ -72,6 +73,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--startingTimestamp")
     parser.add_argument("--endingTimestamp")
     parser.add_argument("--out", help="write the aggregate here as Parquet (else print it)")
+    parser.add_argument(
+        "--print-sum",
+        action="store_true",
+        help="the report line also gives the column's total (sum_COLUMN), to check against "
+        "what a producer was acknowledged",
+    )
     args = parser.parse_args(argv)
 
     spark = SparkSession.builder.appName(f"plateau-hourly-{args.topic}").getOrCreate()
@@ -80,9 +87,10 @@ def main(argv: list[str]) -> int:
     if args.out:
         hourly.write.mode("overwrite").parquet(args.out)
     rows = [r.asDict() for r in hourly.collect()]
-    print(
-        json.dumps({"topic": args.topic, "hours": len(rows), "rows": sum(r["rows"] for r in rows)})
-    )
+    report = {"topic": args.topic, "hours": len(rows), "rows": sum(r["rows"] for r in rows)}
+    if args.print_sum and args.column:
+        report[f"sum_{args.column}"] = sum(r[f"sum_{args.column}"] or 0 for r in rows)
+    print(json.dumps(report))
     spark.stop()
     return 0
 
