@@ -152,5 +152,6 @@ class ClientBase:
         params = [] if owner_uid is None else [("owner_uid", owner_uid)]
         return ops.admin(self._state, "DELETE", f"/admin/topics/{quote_name(topic)}", params=params)
 
-    def _node_info(self) -> ops.Op[dict[str, Any] | None]:
-        return ops.admin(self._state, "GET", "/admin/node")
+    def _node_info(self, topics: bool = False) -> ops.Op[dict[str, Any] | None]:
+        params = [("topics", "true")] if topics else []
+        return ops.admin(self._state, "GET", "/admin/node", params=params)

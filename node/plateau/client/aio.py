@@ -199,5 +199,5 @@ class AsyncPlateauClient(ClientBase):
     async def delete_topic(self, topic: str, owner_uid: str | None = None) -> None:
         await self._run(self._delete_topic(topic, owner_uid))
 
-    async def node_info(self) -> dict[str, Any] | None:
-        return await self._run(self._node_info())
+    async def node_info(self, topics: bool = False) -> dict[str, Any] | None:
+        return await self._run(self._node_info(topics))

@@ -243,6 +243,7 @@ class PlateauClient(ClientBase):
         (else ``ConflictError``, ``reason="OwnerConflict"``, nothing deleted)."""
         self._run(self._delete_topic(topic, owner_uid))
 
-    def node_info(self) -> dict[str, Any] | None:
-        """The node's capacity, allocated and used bytes."""
-        return self._run(self._node_info())
+    def node_info(self, topics: bool = False) -> dict[str, Any] | None:
+        """The node's capacity, allocated and used bytes; with ``topics``, every topic's usage
+        too (``topic_usage``: name to the ``usage`` that ``get_topic`` gives), in one call."""
+        return self._run(self._node_info(topics))

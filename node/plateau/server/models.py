@@ -138,6 +138,9 @@ class NodeUsageModel(BaseModel):
     free_disk_bytes: int = Field(description="Free space on the data volume.")
     topics: int
     memory: MemoryModel
+    topic_usage: dict[str, TopicUsageModel] | None = Field(
+        default=None, description="Every topic's usage, with ?topics=true only."
+    )
 
 
 ERROR_RESPONSES: dict[int | str, dict[str, Any]] = {

@@ -13,6 +13,7 @@ refused with 409 ``OwnerConflict`` (``plateau.storage.ownership``).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 from typing import Annotated, Any
 
@@ -33,10 +34,11 @@ from plateau.server.models import (
 )
 from plateau.server.state import node_state
 from plateau.storage.engine import Engine
-from plateau.storage.errors import InvalidInput
+from plateau.storage.errors import InvalidInput, NotFound
 from plateau.storage.names import check_name
 from plateau.storage.ownership import owner_json
 from plateau.storage.topic_config import TopicConfigRequest
+from plateau.storage.types import TopicUsage
 
 router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[WriteAccess])
 
@@ -98,7 +100,14 @@ async def get_topic(request: Request, topic: str) -> Response:
 
 def _topic_status(engine: Engine, topic: str) -> dict[str, Any]:
     config, owner = engine.topic_state(topic)
-    usage = engine.topic_usage(topic)
+    return {
+        **config.model_dump(mode="json"),
+        "owner": owner_json(owner),
+        "usage": _usage_json(engine.topic_usage(topic)),
+    }
+
+
+def _usage_json(usage: TopicUsage) -> dict[str, Any]:
     partitions = {
         name: {
             **part.span.to_json(),
@@ -111,15 +120,11 @@ def _topic_status(engine: Engine, topic: str) -> dict[str, Any]:
         for name, part in usage.partitions.items()
     }
     return {
-        **config.model_dump(mode="json"),
-        "owner": owner_json(owner),
-        "usage": {
-            "bytes": usage.bytes,
-            "records": usage.records,
-            "oldest_time_ms": usage.oldest_time_ms,
-            "newest_time_ms": usage.newest_time_ms,
-            "partitions": partitions,
-        },
+        "bytes": usage.bytes,
+        "records": usage.records,
+        "oldest_time_ms": usage.oldest_time_ms,
+        "newest_time_ms": usage.newest_time_ms,
+        "partitions": partitions,
     }
 
 
@@ -153,17 +158,35 @@ async def delete_topic(
     response_model=NodeUsageModel,
     responses={401: ERROR_RESPONSES[401]},
 )
-async def node_usage(request: Request) -> Response:
+async def node_usage(
+    request: Request,
+    topics: Annotated[
+        bool,
+        Query(
+            description="Also every topic's usage (topic_usage, as GET /admin/topics/{topic} "
+            "gives it): what the operator polls, one call per node."
+        ),
+    ] = False,
+) -> Response:
     engine = node_state(request).engine
     usage = await run_in_threadpool(engine.node_usage)
     memory = engine.memory
-    return json_reply(
-        {
-            **dataclasses.asdict(usage),
-            "memory": {
-                "budget_bytes": memory.total,
-                "source": memory.source,
-                "parts": memory.parts(),
-            },
-        }
-    )
+    reply: dict[str, Any] = {
+        **dataclasses.asdict(usage),
+        "memory": {
+            "budget_bytes": memory.total,
+            "source": memory.source,
+            "parts": memory.parts(),
+        },
+    }
+    if topics:
+        reply["topic_usage"] = await run_in_threadpool(_all_usage, engine)
+    return json_reply(reply)
+
+
+def _all_usage(engine: Engine) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in engine.topics():
+        with contextlib.suppress(NotFound):  # deleted meanwhile
+            out[name] = _usage_json(engine.topic_usage(name))
+    return out
