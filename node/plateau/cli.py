@@ -10,7 +10,6 @@ import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
@@ -18,10 +17,21 @@ import typer
 import yaml
 from pydantic import ValidationError
 
+from plateau.cli_options import (
+    DEFAULT_TIMEOUT,
+    DEFAULT_URL,
+    Remote,
+    RootTimeout,
+    RootToken,
+    RootUrl,
+    resolve,
+)
+from plateau.cli_options import Timeout as TimeoutOpt
+from plateau.cli_options import Token as TokenOpt
+from plateau.cli_options import Url as UrlOpt
+
 if TYPE_CHECKING:
     from plateau.client import PlateauClient
-
-DEFAULT_URL = "http://127.0.0.1:3030"
 
 app = typer.Typer(
     no_args_is_help=True,
@@ -34,26 +44,12 @@ topic_app = typer.Typer(
 app.add_typer(topic_app, name="topic")
 
 
-@dataclass
-class Remote:
-    """Where the client commands connect; filled from the global options."""
-
-    url: str
-    token: str | None
-    timeout: float
-
-
 @app.callback()
 def _root(
     ctx: typer.Context,
-    url: Annotated[
-        str, typer.Option(envvar="PLATEAU_URL", help="The node to talk to.")
-    ] = DEFAULT_URL,
-    token: Annotated[
-        str | None,
-        typer.Option(envvar="PLATEAU_TOKEN", help="Bearer token for the node's API."),
-    ] = None,
-    timeout: Annotated[float, typer.Option(help="Seconds to wait for each reply.")] = 30.0,
+    url: RootUrl = DEFAULT_URL,
+    token: RootToken = None,
+    timeout: RootTimeout = DEFAULT_TIMEOUT,
 ) -> None:
     """plateau: a columnar data aggregator node and its tools."""
     ctx.obj = Remote(url, token, timeout)
@@ -67,13 +63,16 @@ def fail(message: str) -> NoReturn:
 
 
 @contextmanager
-def connect(ctx: typer.Context) -> Iterator[PlateauClient]:
-    """A client for the command, turning every expected failure into one ``error:`` line."""
+def connect(
+    ctx: typer.Context, url: str | None, token: str | None, timeout: float | None
+) -> Iterator[PlateauClient]:
+    """A client for the command (its connection options over those before it, see
+    ``plateau.cli_options``), turning every expected failure into one ``error:`` line."""
     from plateau.client import PlateauClient, PlateauClientError
     from plateau.client.files import FileFormatError
 
-    remote: Remote = ctx.obj if isinstance(ctx.obj, Remote) else Remote(DEFAULT_URL, None, 30.0)
     try:
+        remote = resolve(ctx, url, token, timeout)
         with PlateauClient(remote.url, token=remote.token, timeout=remote.timeout) as client:
             yield client
     except PlateauClientError as exc:
@@ -139,17 +138,27 @@ def node(
 
 
 @app.command()
-def topics(ctx: typer.Context) -> None:
+def topics(
+    ctx: typer.Context,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    timeout: TimeoutOpt = None,
+) -> None:
     """List the node's topics, one per line."""
-    with connect(ctx) as client:
+    with connect(ctx, url, token, timeout) as client:
         for name in client.topics():
             typer.echo(name)
 
 
 @app.command("node-info")
-def node_info(ctx: typer.Context) -> None:
+def node_info(
+    ctx: typer.Context,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    timeout: TimeoutOpt = None,
+) -> None:
     """Show the node's capacity, allocated and used bytes."""
-    with connect(ctx) as client:
+    with connect(ctx, url, token, timeout) as client:
         print_json(client.node_info())
 
 
@@ -167,13 +176,16 @@ def append(
     progress: Annotated[
         bool, typer.Option(help="Progress bar on stderr (a terminal only).")
     ] = True,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    timeout: TimeoutOpt = None,
 ) -> None:
     """Append files to a partition in order; prints the span of indexes they got."""
     from plateau.client import PlateauClientError
     from plateau.client.files import FileFormatError, open_source
     from plateau.client.render import progress_bar
 
-    with connect(ctx) as client:
+    with connect(ctx, url, token, timeout) as client:
         # Open every file first: a missing or unreadable file fails before anything is sent.
         sources = [open_source(path, file_format, batch_rows) for path in files]
         first: int | None = None
@@ -246,6 +258,9 @@ def read(
     exclude: ExcludeOpt = None,
     separator: SeparatorOpt = None,
     max_column_bytes: MaxColumnBytesOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    timeout: TimeoutOpt = None,
 ) -> None:
     """Read a partition from --start to its current end (or --limit rows)."""
     from plateau.client.files import json_lines, write_arrow_file
@@ -256,7 +271,7 @@ def read(
     if output_format == "arrow" and output is None:
         fail("--format arrow writes binary data: give --output FILE")
     focus = _focus(dataset, exclude, separator, max_column_bytes)
-    with connect(ctx) as client:
+    with connect(ctx, url, token, timeout) as client:
         pages = client.read_all(topic, partition, start, page_size, time_start, time_end, focus)
         tables = _limited((page.table for page in pages), limit)
         if output_format == "arrow":
@@ -289,12 +304,15 @@ def tail(
     exclude: ExcludeOpt = None,
     separator: SeparatorOpt = None,
     max_column_bytes: MaxColumnBytesOpt = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    timeout: TimeoutOpt = None,
 ) -> None:
     """Print a topic's rows as JSON lines, across partitions, as they arrive."""
     from plateau.client.files import json_lines
 
     focus = _focus(dataset, exclude, separator, max_column_bytes)
-    with connect(ctx) as client:
+    with connect(ctx, url, token, timeout) as client:
         cursor: dict[str, int] | None = None
         if from_end:
             spans = client.topic(topic).partitions
@@ -358,6 +376,9 @@ def topic_set(
     compression: Annotated[
         str | None, typer.Option(help="Segment compression: zstd, lz4 or none.")
     ] = None,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    timeout: TimeoutOpt = None,
 ) -> None:
     """Create a topic or change the settings given; others keep their values."""
     from plateau.client.units import parse_duration, parse_quantity
@@ -379,7 +400,7 @@ def topic_set(
         age = int(seconds)
     if segment_format not in (None, "parquet", "arrow"):
         fail(f"--format {segment_format!r}: choose parquet or arrow")
-    with connect(ctx) as client:
+    with connect(ctx, url, token, timeout) as client:
         print_json(
             client.put_topic(
                 topic,
@@ -396,9 +417,15 @@ def topic_set(
 
 
 @topic_app.command("get")
-def topic_get(ctx: typer.Context, topic: Annotated[str, typer.Argument()]) -> None:
+def topic_get(
+    ctx: typer.Context,
+    topic: Annotated[str, typer.Argument()],
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    timeout: TimeoutOpt = None,
+) -> None:
     """Show a topic's configuration and usage as JSON."""
-    with connect(ctx) as client:
+    with connect(ctx, url, token, timeout) as client:
         print_json(client.get_topic(topic))
 
 
@@ -407,11 +434,14 @@ def topic_delete(
     ctx: typer.Context,
     topic: Annotated[str, typer.Argument()],
     yes: Annotated[bool, typer.Option("--yes", "-y", help="Do not ask for confirmation.")] = False,
+    url: UrlOpt = None,
+    token: TokenOpt = None,
+    timeout: TimeoutOpt = None,
 ) -> None:
     """Delete a topic and all of its data."""
     if not yes and not typer.confirm(f"Delete topic {topic!r} and all its data?"):
         fail("not deleted")
-    with connect(ctx) as client:
+    with connect(ctx, url, token, timeout) as client:
         client.delete_topic(topic)
     typer.echo(f"deleted topic {topic}", err=True)
 
