@@ -2,7 +2,13 @@
 single-node cluster of tools/cluster, started for the e2e tests (package scope)
 and stopped right after them (unless it was already running, or
 PLATEAU_CLUSTER_KEEP is set). With CI=true nothing here skips: a cluster
-that cannot be had fails the tests."""
+that cannot be had fails the tests.
+
+The suite runs only when asked (see ``e2e_asked``): starting the local cluster
+installs Debian packages, builds Kubernetes and changes iptables, which a
+newcomer running the tests as root must not get by surprise. Otherwise its tests
+are deselected at collection (so ``--collect-only`` and a plain ``pytest`` never
+reach a fixture) and one line says how to include them."""
 
 from __future__ import annotations
 
@@ -26,11 +32,44 @@ LOCAL_KUBECONFIG = (
 E2E_TIMEOUT = 2400
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+# Set by tools/run-tests: 1 with --e2e (or CI=true), 0 without (it has said how already).
+E2E_ENV = "PLATEAU_E2E"
+NOT_ASKED = (
+    "e2e: {n} cluster tests deselected (tests/e2e: builds Kubernetes, needs root, changes "
+    "iptables); include them with tools/run-tests --e2e, or {env}=1, or KUBECONFIG=<a cluster>"
+)
+
+
+def e2e_asked() -> bool:
+    """CI=true always runs the suite (never skips); else PLATEAU_E2E=1, or a KUBECONFIG
+    the user set (a cluster of theirs: nothing is installed on this machine)."""
+    flag = os.environ.get(E2E_ENV, "")
+    if IN_CI or flag == "1":
+        return True
+    return flag != "0" and bool(os.environ.get("KUBECONFIG"))
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     here = Path(__file__).parent
-    for item in items:
-        if here in item.path.parents and item.get_closest_marker("timeout") is None:
+    ours = [item for item in items if here in item.path.parents]
+    if ours and not e2e_asked():
+        config.hook.pytest_deselected(items=ours)
+        items[:] = [item for item in items if here not in item.path.parents]
+        if os.environ.get(E2E_ENV) != "0":
+            config.stash[_deselected] = len(ours)
+        return
+    for item in ours:
+        if item.get_closest_marker("timeout") is None:
             item.add_marker(pytest.mark.timeout(E2E_TIMEOUT))
+
+
+_deselected = pytest.StashKey[int]()
+
+
+def pytest_report_collectionfinish(config: pytest.Config) -> list[str]:
+    """The one line that says how to include the deselected suite (after "collected")."""
+    n = config.stash.get(_deselected, 0)
+    return [NOT_ASKED.format(n=n, env=E2E_ENV)] if n else []
 
 
 def _unavailable(reason: str) -> None:
