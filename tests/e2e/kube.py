@@ -228,3 +228,78 @@ def restricted_pod(uid: int) -> dict[str, Any]:
 def restricted_container() -> dict[str, Any]:
     """A container securityContext that the Pod Security Standard `restricted` admits."""
     return {"allowPrivilegeEscalation": False, "capabilities": {"drop": ["ALL"]}}
+
+
+# --- Spark on Kubernetes (spark-submit in cluster mode from this machine) ----------
+# The Spark image's user: Spark's own uid, as its images run (images/build --spark).
+SPARK_UID = 185
+
+
+def api_server(kubeconfig: str) -> str:
+    """The API server's URL of the kubeconfig's current context (spark-submit's master)."""
+    import yaml
+
+    config: dict[str, Any] = yaml.safe_load(Path(kubeconfig).read_text())
+    context = next(c for c in config["contexts"] if c["name"] == config["current-context"])
+    cluster = next(c for c in config["clusters"] if c["name"] == context["context"]["cluster"])
+    return str(cluster["cluster"]["server"])
+
+
+def restricted_template(path: Path) -> Path:
+    """The pod template at ``path`` (made if absent) with the securityContext that Pod
+    Security `restricted` asks of Spark's driver and executor pods: Spark sets none of its
+    own and takes the first container of a template as the base of its own container."""
+    import yaml
+
+    template = yaml.safe_load(path.read_text()) if path.exists() else {}
+    template = {"apiVersion": "v1", "kind": "Pod", **(template or {})}
+    spec = template.setdefault("spec", {})
+    spec["securityContext"] = {**spec.get("securityContext", {}), **restricted_pod(SPARK_UID)}
+    container = (spec.get("containers") or [{}])[0]
+    container["securityContext"] = {
+        **container.get("securityContext", {}),
+        **restricted_container(),
+    }
+    spec["containers"] = [container, *(spec.get("containers") or [])[1:]]
+    path.write_text(yaml.safe_dump(template))
+    return path
+
+
+def spark_submit(
+    ns: Kube,
+    image: str,
+    driver: str,
+    conf: list[str],
+    job: list[str],
+    service_account: str = "plateau-spark",
+) -> tuple[dict[str, Any], str]:
+    """examples/spark_job.py by spark-submit in cluster mode with ``conf`` (last wins over
+    the small defaults here): the report line of its driver and the driver's log."""
+    import sys
+
+    submit = [
+        str(Path(sys.executable).parent / "spark-submit"),
+        "--master", f"k8s://{api_server(ns.kubeconfig)}", "--deploy-mode", "cluster",
+        "--name", driver,
+        "--conf", f"spark.kubernetes.namespace={ns.namespace}",
+        "--conf", f"spark.kubernetes.container.image={image}",
+        "--conf", "spark.kubernetes.container.image.pullPolicy=IfNotPresent",
+        "--conf", f"spark.kubernetes.authenticate.driver.serviceAccountName={service_account}",
+        "--conf", f"spark.kubernetes.driver.pod.name={driver}",
+        "--conf", "spark.executor.instances=1",
+        "--conf", "spark.kubernetes.driver.request.cores=0.1",
+        "--conf", "spark.kubernetes.executor.request.cores=0.1",
+        "--conf", "spark.driver.memory=512m", "--conf", "spark.executor.memory=512m",
+        "--conf", "spark.kubernetes.submission.waitAppCompletion=true",
+        *conf,
+        "local:///opt/plateau/examples/spark_job.py",
+        *job,
+    ]  # fmt: skip
+    ns.run("delete", "pod", driver, "--ignore-not-found", "--wait=true", check=False)
+    env = {**os.environ, "KUBECONFIG": ns.kubeconfig}
+    out = subprocess.run(submit, capture_output=True, text=True, env=env, timeout=900, check=False)
+    assert ns.exists("pod", driver), f"spark-submit made no driver pod: {out.stderr[-3000:]}"
+    logs = ns.logs(driver)
+    assert ns.pod_phase(driver) == "Succeeded", f"{out.stderr[-3000:]}\n--- driver\n{logs[-4000:]}"
+    report = json.loads(next(line for line in logs.splitlines() if line.startswith('{"topic"')))
+    return dict(report), logs
