@@ -11,6 +11,11 @@ Change handlers run it at once; the operator's own resync loop
 finalizer, and sooner when an outcome asks to be retried (so change handlers
 never raise kopf's TemporaryError: the status already says what is wrong, and
 kopf would log every retry as an error). The annotation ``plateau.dev/paused: "true"`` stops it.
+
+Status keeps up between resyncs: a topic's reconcile that changed its node's
+budgets nudges the node's reconcile at once (``ResyncBook.nudge``), and every
+``usageSeconds`` each ready node is asked once for its usage, which goes into
+the statuses whose figures changed (``usage.UsagePoller``).
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from typing import Any
 
@@ -42,7 +48,8 @@ from plateau_operator.resync import ResyncBook
 from plateau_operator.rollout import RolloutGate
 from plateau_operator.serial import Key, ObjectLocks
 from plateau_operator.settings import settings
-from plateau_operator.status import Outcome, ready_of
+from plateau_operator.status import Outcome, ready_of, status_patch
+from plateau_operator.usage import UsagePoller
 
 log = logging.getLogger("plateau_operator")
 cfg = settings()
@@ -51,6 +58,7 @@ gate = RolloutGate()
 book = ResyncBook(cfg.resync_seconds)
 _kube: Kube | None = None
 RESYNC_WORKERS = 4
+USAGE_WORKERS = 4  # node usage polls at once, in their own threads (never a reconcile's)
 
 
 def kube() -> Kube:
@@ -58,6 +66,23 @@ def kube() -> Kube:
     if _kube is None:
         _kube = Kube()
     return _kube
+
+
+poller = UsagePoller(kube, locks, cfg)
+
+
+class RoutineRetries(logging.Filter):
+    """kopf logs a handler's TemporaryError ("... failed temporarily: ...") at error, though
+    it is a retry kopf itself schedules (a topic's deletion waiting for its node): info.
+    The final ones ("failed temporarily but will time out ...") stay errors."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno == logging.ERROR and " failed temporarily: " in record.getMessage():
+            record.levelno, record.levelname = logging.INFO, "INFO"
+        return True
+
+
+logging.getLogger("kopf.objects").addFilter(RoutineRetries())
 
 
 @kopf.on.startup()
@@ -77,6 +102,8 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     if cfg.metrics_port:
         start_http_server(cfg.metrics_port)
     asyncio.get_running_loop().create_task(_resync_forever(), name="plateau-resync")
+    if cfg.usage_seconds > 0:
+        asyncio.get_running_loop().create_task(_poll_usage_forever(), name="plateau-usage")
 
 
 @kopf.on.probe(id="reconcileSeconds")
@@ -107,6 +134,7 @@ def run(key: Key, work: Callable[[dict[str, Any]], Outcome]) -> Outcome | None:
                 return None
             outcome = work(body)
             publish(body, outcome)
+            poller.wrote(key, body, {**(body.get("status") or {}), **outcome.status})
             result[0] = "invalid" if outcome.permanent else "retry" if outcome.retry_after else "ok"
         return outcome
     finally:
@@ -116,7 +144,7 @@ def run(key: Key, work: Callable[[dict[str, Any]], Outcome]) -> Outcome | None:
 def publish(body: dict[str, Any], outcome: Outcome) -> None:
     """Writes what changed of the status; Events for a transition of Ready and for notes."""
     meta, old = body["metadata"], body.get("status") or {}
-    changed = {k: v for k, v in outcome.status.items() if old.get(k) != v}
+    changed = status_patch(old, outcome.status)
     k = kube()
     if changed:
         k.patch_status(API_VERSION, body["kind"], meta["name"], meta["namespace"], changed)
@@ -141,7 +169,15 @@ def _ready_message(status: dict[str, Any]) -> str:
 def reconcile_topic(body: dict[str, Any]) -> Outcome:
     meta = body["metadata"]
     attempt = book.attempt((TOPIC_KIND, meta["namespace"], meta["name"]))
-    return topics.reconcile(kube(), body, cfg, attempt)
+    outcome = topics.reconcile(kube(), body, cfg, attempt)
+    if outcome.node_changed:  # its node's allocated bytes and topic count: shown at once
+        book.nudge(_node_of(body))
+    return outcome
+
+
+def _node_of(topic: dict[str, Any]) -> Key:
+    node = ((topic.get("spec") or {}).get("nodeRef") or {}).get("name")
+    return (NODE_KIND, topic["metadata"]["namespace"], str(node))
 
 
 def reconcile_node(body: dict[str, Any]) -> Outcome:
@@ -170,15 +206,22 @@ def topic_deleted(name: str, namespace: str | None, body: kopf.Body, **_: Any) -
     if namespace is None:
         return
     key = (TOPIC_KIND, namespace, name)
+    plain = _plain(body)
     with locks.hold(key), telemetry.reconciling("PlateauTopicDeletion") as result:
-        done, warning = topics.delete(kube(), _plain(body), cfg)
+        done, warning, note = topics.delete(kube(), plain, cfg)
         result[0] = "ok" if done else "retry"
-    if warning:
-        with suppress(ApiException):
-            kube().event(_plain(body), "Warning", "DeletionIncomplete", warning)
+    with suppress(ApiException):
+        if warning:
+            kube().event(plain, "Warning", "DeletionIncomplete", warning)
+        if note:
+            kube().event(plain, "Normal", *note)
     if not done:
+        # kopf retries it; logged at info (RoutineRetries), the deletion wait bounds it
         raise kopf.TemporaryError("the node did not answer; trying again", delay=10)
+    if note and note[0] == "Deleted":
+        book.nudge(_node_of(plain))
     book.forget(key)
+    poller.forget(key)
     telemetry.forget(TOPIC_KIND, namespace, name)
 
 
@@ -197,6 +240,7 @@ def node_changed(name: str, namespace: str | None, **_: Any) -> None:
 def node_deleted(name: str, namespace: str | None, **_: Any) -> None:
     key = (NODE_KIND, namespace or "", name)
     book.forget(key)
+    poller.forget(key)
     gate.done(key)
     telemetry.forget(NODE_KIND, namespace or "", name)
 
@@ -205,16 +249,23 @@ def node_deleted(name: str, namespace: str | None, **_: Any) -> None:
 
 
 @kopf.on.event(GROUP, VERSION, TOPIC_PLURAL)
-def topic_seen(name: str, namespace: str | None, type: str | None, **_: Any) -> None:
-    _seen((TOPIC_KIND, namespace or "", name), type)
+def topic_seen(
+    name: str, namespace: str | None, type: str | None, event: kopf.RawEvent, **_: Any
+) -> None:
+    _seen((TOPIC_KIND, namespace or "", name), type, event)
 
 
 @kopf.on.event(GROUP, VERSION, NODE_PLURAL)
 def node_seen(
-    name: str, namespace: str | None, type: str | None, status: kopf.Status, **_: Any
+    name: str,
+    namespace: str | None,
+    type: str | None,
+    status: kopf.Status,
+    event: kopf.RawEvent,
+    **_: Any,
 ) -> None:
     key = (NODE_KIND, namespace or "", name)
-    _seen(key, type)
+    _seen(key, type, event)
     progressing: dict[str, Any] = next(
         (c for c in status.get("conditions") or [] if c.get("type") == "Progressing"), {}
     )
@@ -226,11 +277,15 @@ def node_seen(
         gate.observe(key, True)  # mid-roll, maybe since before this operator started
 
 
-def _seen(key: Key, event_type: str | None) -> None:
+def _seen(key: Key, event_type: str | None, event: kopf.RawEvent) -> None:
     if event_type == "DELETED":
         book.forget(key)
-    else:
-        book.see(key)
+        poller.forget(key)
+        return
+    book.see(key)
+    obj = event.get("object") if isinstance(event, dict) else None
+    if isinstance(obj, dict):
+        poller.see(key, dict(obj))
 
 
 async def _resync_forever() -> None:
@@ -253,6 +308,19 @@ async def _resync_forever() -> None:
             tasks.add(task)
             task.add_done_callback(tasks.discard)
         await asyncio.sleep(1.0)
+
+
+async def _poll_usage_forever() -> None:
+    """Every ``usageSeconds``, each ready node not still being polled is asked once."""
+    loop = asyncio.get_running_loop()
+    pool = ThreadPoolExecutor(max_workers=USAGE_WORKERS, thread_name_prefix="plateau-usage")
+    pending: set[asyncio.Future[int]] = set()
+    while True:
+        for key in poller.take_nodes():
+            future = loop.run_in_executor(pool, poller.poll, key)
+            pending.add(future)
+            future.add_done_callback(pending.discard)
+        await asyncio.sleep(cfg.usage_seconds)
 
 
 def _plain(body: kopf.Body) -> dict[str, Any]:

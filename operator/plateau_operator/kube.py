@@ -19,7 +19,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from kubernetes.dynamic import DynamicClient
 
-from plateau_operator.crd import FIELD_MANAGER
+from plateau_operator.crd import FIELD_MANAGER, GROUP
 
 REQUEST_TIMEOUT = 30  # seconds, every API call: a reconcile never waits forever
 
@@ -33,7 +33,13 @@ class NotOwned(Exception):
 
 
 def owner_reference(owner: dict[str, Any]) -> dict[str, Any]:
-    """The owner reference that makes a child go with its custom resource (garbage collection)."""
+    """The owner reference that makes a child go with its owner (garbage collection).
+
+    ``blockOwnerDeletion`` only for the operator's own kinds: on another kind (a
+    node's volume claim owns its token Secret) it would need ``update`` on that
+    kind's ``finalizers`` where the OwnerReferencesPermissionEnforcement admission
+    plugin runs, and nothing waits on a claim's foreground deletion.
+    """
     meta = owner["metadata"]
     return {
         "apiVersion": owner["apiVersion"],
@@ -41,8 +47,15 @@ def owner_reference(owner: dict[str, Any]) -> dict[str, Any]:
         "name": meta["name"],
         "uid": meta["uid"],
         "controller": True,
-        "blockOwnerDeletion": True,
+        "blockOwnerDeletion": str(owner["apiVersion"]).startswith(f"{GROUP}/"),
     }
+
+
+def _version(obj: dict[str, Any]) -> str:
+    """What changes when the object's desired state does: ``generation`` where the kind
+    keeps one (a StatefulSet's status updates leave it), else ``resourceVersion``."""
+    meta = obj.get("metadata") or {}
+    return str(meta.get("generation") or meta.get("resourceVersion") or "")
 
 
 def controller_of(obj: dict[str, Any]) -> dict[str, Any] | None:
@@ -68,19 +81,24 @@ class Kube:
     def _resource(self, api_version: str, kind: str) -> Any:
         return self.dynamic.resources.get(api_version=api_version, kind=kind)
 
-    def apply_owned(self, obj: dict[str, Any], owner: dict[str, Any]) -> dict[str, Any]:
+    def apply_owned(
+        self, obj: dict[str, Any], owner: dict[str, Any], also: tuple[str, ...] = ()
+    ) -> str | None:
         """Server-side apply of ``obj`` as a child of ``owner``; ``NotOwned`` if it is another's.
 
-        ``force_conflicts`` takes back fields another manager changed on an
-        object the operator owns (its desired state wins there), never on
-        anyone else's: the ownership check comes first.
+        ``also``: UIDs of other controllers the object may have now (the token
+        Secret moves between its node and the node's claim). ``force_conflicts``
+        takes back fields another manager changed on an object the operator owns
+        (its desired state wins there), never on anyone else's: the ownership
+        check comes first. Returns ``"created"``, ``"changed"``, or None when the
+        apply changed nothing (for the Events of what the operator did).
         """
         meta = obj["metadata"]
         existing = self.get(obj["apiVersion"], obj["kind"], meta["name"], meta["namespace"])
         uid = owner["metadata"]["uid"]
         if existing is not None:
             ref = controller_of(existing)
-            if ref is None or ref.get("uid") != uid:
+            if ref is None or ref.get("uid") not in (uid, *also):
                 who = f"controlled by {ref['kind']} {ref['name']}" if ref else "no controller"
                 raise NotOwned(obj["kind"], meta["name"], who)
         meta["ownerReferences"] = [owner_reference(owner)]
@@ -92,8 +110,9 @@ class Kube:
             force_conflicts=True,
             _request_timeout=REQUEST_TIMEOUT,
         )
-        result: dict[str, Any] = out.to_dict()
-        return result
+        if existing is None:
+            return "created"
+        return None if _version(existing) == _version(out.to_dict()) else "changed"
 
     def get(self, api_version: str, kind: str, name: str, namespace: str) -> dict[str, Any] | None:
         try:
@@ -150,6 +169,11 @@ class Kube:
                 return None
             raise
         return {k: base64.b64decode(v).decode() for k, v in (secret.data or {}).items()}
+
+    @staticmethod
+    def decode_secret(obj: dict[str, Any]) -> dict[str, str]:
+        """The values of a Secret already read (``get``), decoded."""
+        return {k: base64.b64decode(v).decode() for k, v in (obj.get("data") or {}).items()}
 
     def event(self, obj: dict[str, Any], type_: str, reason: str, message: str) -> None:
         """A Kubernetes Event on ``obj`` (``kubectl describe`` shows it)."""

@@ -12,13 +12,13 @@ from __future__ import annotations
 
 import hashlib
 import json
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
 from plateau.client.errors import AuthError, PlateauClientError
-from plateau.client.units import parse_quantity
+from plateau.client.units import format_bytes, parse_quantity
 from plateau_operator import resources
 from plateau_operator.crd import FOLLOW_IMAGE_ANNOTATION, annotation
 from plateau_operator.kube import Kube, NotOwned, controller_of, new_token
@@ -44,6 +44,7 @@ class Observed:
     pod: dict[str, Any] | None
     tokens: dict[str, str]  # the operator's Secret's values, missing keys freshly made
     write_token: str | None  # None: auth.secretRef names no such Secret or key
+    secret: dict[str, Any] | None = None  # the node's token Secret as read, if any
     info: dict[str, Any] | None = None  # GET /admin/node, when the node answered
     info_error: PlateauClientError | NoAccess | None = None
     conflict: str | None = None  # a child's name taken by an object not ours
@@ -55,9 +56,8 @@ class Plan:
     remove: list[tuple[str, str, str]]  # (apiVersion, kind, name) of ours no longer wanted
     grow_claim_to: int | None
     outcome: Outcome
-    holds_slot: bool = False
     claim: dict[str, Any] | None = None  # the claim as read (for messages)
-    notes: list[tuple[str, str]] = field(default_factory=list)
+    token_keeper: dict[str, Any] | None = None  # the claim that owns the token Secret
 
 
 def _ready_replicas(sts: dict[str, Any] | None) -> int:
@@ -116,10 +116,10 @@ def read(kube: Kube, body: dict[str, Any], cfg: OperatorSettings) -> Observed:
     pod = kube.get("v1", "Pod", n["pod"], namespace)
     own = kube.get("v1", "Secret", n["secret"], namespace)
     conflict = None
-    if own is not None and (controller_of(own) or {}).get("uid") != uid:
+    if own is not None and not _secret_is_ours(own, uid, pvc, spec.name):
         conflict, own_data = f"Secret {n['secret']!r} exists and is not this node's", {}
     else:
-        own_data = kube.secret_data(namespace, n["secret"]) or {} if own else {}
+        own_data = Kube.decode_secret(own) if own else {}
     if sts is None and pvc is not None and not _claim_is_ours(pvc, spec.name):
         conflict = f"PersistentVolumeClaim {n['pvc']!r} exists and was not made for this node"
     tokens = {
@@ -131,7 +131,7 @@ def read(kube: Kube, body: dict[str, Any], cfg: OperatorSettings) -> Observed:
     else:
         name, key = spec.token_secret
         write = (kube.secret_data(namespace, name) or {}).get(key)
-    obs = Observed(body, spec, sts, pvc, pod, tokens, write, conflict=conflict)
+    obs = Observed(body, spec, sts, pvc, pod, tokens, write, secret=own, conflict=conflict)
     if conflict or _ready_replicas(sts) < 1 or write is None:
         return obs
     try:
@@ -146,6 +146,41 @@ def _claim_is_ours(pvc: dict[str, Any], node: str) -> bool:
     """A claim left by this node's earlier StatefulSet (retained) carries the node's labels."""
     labels = (pvc.get("metadata") or {}).get("labels") or {}
     return all(str(labels.get(k)) == v for k, v in resources.selector(node).items())
+
+
+def _uid(obj: dict[str, Any] | None) -> str | None:
+    return ((obj or {}).get("metadata") or {}).get("uid")
+
+
+def controller_uid(obj: dict[str, Any] | None) -> str | None:
+    return (controller_of(obj) or {}).get("uid") if obj else None
+
+
+def _secret_is_ours(secret: dict[str, Any], node_uid: str, pvc: dict[str, Any] | None,
+                    node: str) -> bool:  # fmt: skip
+    """The node's token Secret: controlled by this PlateauNode, or, kept with a retained
+    claim, by the node's claim, carrying the operator's labels for this node."""
+    ref = controller_of(secret) or {}
+    if ref.get("uid") == node_uid:
+        return True
+    labels = (secret.get("metadata") or {}).get("labels") or {}
+    return (
+        pvc is not None
+        and ref.get("kind") == "PersistentVolumeClaim"
+        and ref.get("uid") == _uid(pvc)
+        and _claim_is_ours(pvc, node)
+        and resources.labels(node).items() <= labels.items()
+    )
+
+
+def token_keeper(obs: Observed) -> dict[str, Any] | None:
+    """The claim, when the node keeps its claim (``retainVolume``): the token Secret is
+    then the claim's, kept and collected with the data, so a PlateauNode re-created on
+    its retained claim keeps its tokens. None: the Secret is the PlateauNode's."""
+    pvc = obs.pvc
+    if not obs.spec.retain_volume or pvc is None or not _claim_is_ours(pvc, obs.spec.name):
+        return None
+    return None if (pvc.get("metadata") or {}).get("deletionTimestamp") else pvc
 
 
 # --------------------------------------------------------------------------- decide
@@ -236,7 +271,16 @@ def decide(obs: Observed, cfg: OperatorSettings, slot: bool) -> Plan:
         retry = NOT_READY_RETRY
     outcome = Outcome(status, retry_after=retry, warning=warning)
     grow = grow if phase == "Bound" else None
-    return Plan(children, [], grow, outcome, wants_roll and slot, obs.pvc)
+    keeper = token_keeper(obs)
+    if obs.sts is None and keeper is not None and _uid(keeper) == controller_uid(obs.secret):
+        outcome.notes.append(("TokensKept", (
+            f"kept the tokens of Secret {n['secret']}, retained with volume claim "
+            f"{n['pvc']}: producers and consumers using them keep working"
+        )))  # fmt: skip
+    remove = [] if cfg.network_policy else [
+        ("networking.k8s.io/v1", "NetworkPolicy", n["networkpolicy"])
+    ]  # fmt: skip
+    return Plan(children, remove, grow, outcome, obs.pvc, keeper)
 
 
 def _readiness(obs: Observed) -> tuple[bool, NodeReason, str]:
@@ -292,20 +336,42 @@ def keep_claim_template(sts: dict[str, Any], existing: dict[str, Any] | None) ->
 
 
 def act(kube: Kube, body: dict[str, Any], plan: Plan) -> Outcome:
-    """Applies the plan's children as ``body``'s; the outcome, amended by what the API said."""
+    """Applies the plan's children as ``body``'s (the token Secret as its claim's, when
+    the claim is kept); the outcome, amended by what the API said and what changed."""
+    namespace, uid = body["metadata"]["namespace"], body["metadata"]["uid"]
+    done: dict[str, list[str]] = {"created": [], "changed": []}
     for obj in plan.children:
-        kube.apply_owned(obj, body)
+        owner, also = body, ()
+        if obj["kind"] == "Secret":
+            keeper_uid = _uid(plan.token_keeper) or _uid(plan.claim)
+            owner, also = plan.token_keeper or body, (uid, *([keeper_uid] if keeper_uid else []))
+        change = kube.apply_owned(obj, owner, also)
+        if change is not None:
+            done[change].append(f"{obj['kind']} {obj['metadata']['name']}")
     for api_version, kind, name in plan.remove:
-        kube.delete(api_version, kind, name, body["metadata"]["namespace"])
+        found = kube.get(api_version, kind, name, namespace)
+        if found is not None and controller_uid(found) == uid:  # only what it made
+            kube.delete(api_version, kind, name, namespace)
+            done["changed"].append(f"{kind} {name} deleted")
     outcome = plan.outcome
+    if done["created"]:
+        outcome.notes.append(("Created", "created " + ", ".join(done["created"])))
+    if done["changed"]:
+        rolls = any(c.startswith("StatefulSet ") for c in done["changed"])
+        tail = ": the node's pod is replaced" if rolls else ""
+        outcome.notes.append(("Configured", "changed " + ", ".join(done["changed"]) + tail))
     if plan.grow_claim_to is not None:
         refusal = grow_claim(kube, body, plan.grow_claim_to, plan.claim)
+        gen = int(body["metadata"].get("generation", 0))
         if refusal is not None:
-            gen = int(body["metadata"].get("generation", 0))
             outcome.status["conditions"] = set_condition(
                 outcome.status["conditions"], "Degraded", True,
                 NodeReason.EXPANSION_UNSUPPORTED, refusal, gen,
             )  # fmt: skip
+        else:
+            claim = resources.names(body["metadata"]["name"])["pvc"]
+            size = format_bytes(plan.grow_claim_to)
+            outcome.notes.append(("Resized", f"asked volume claim {claim} to grow to {size}"))
     return outcome
 
 

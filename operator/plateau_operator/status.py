@@ -56,6 +56,23 @@ class Outcome:
     warning: str | None = None  # the failure's sentence (a Warning Event on a transition)
     permanent: bool = False  # retrying cannot help (Invalid)
     notes: list[tuple[str, str]] = field(default_factory=list)  # Normal Events: (reason, msg)
+    node_changed: bool = False  # a topic's reconcile changed its node's figures (budgets, count)
+
+
+def merge_patch(old: Any, new: Any) -> Any:
+    """The JSON merge patch (RFC 7386) that turns ``old`` into ``new``: a key ``new`` no
+    longer has is sent as null (a merge patch would otherwise keep it: a usage's
+    ``oldestTime`` gone with its last record would stay in status for good)."""
+    if not isinstance(old, dict) or not isinstance(new, dict):
+        return new
+    out = {k: merge_patch(old.get(k), v) for k, v in new.items() if old.get(k) != v}
+    return out | {k: None for k in old if k not in new}
+
+
+def status_patch(old: dict[str, Any], new: dict[str, Any]) -> dict[str, Any]:
+    """The patch that writes ``new``'s fields over ``old``; empty when nothing changed.
+    Fields ``new`` leaves out are kept (a failed reconcile keeps the last usage)."""
+    return {k: merge_patch(old.get(k), v) for k, v in new.items() if old.get(k) != v}
 
 
 def ready_of(status: dict[str, Any]) -> tuple[str, str]:

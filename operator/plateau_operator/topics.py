@@ -21,6 +21,7 @@ from typing import Any
 
 from kubernetes.client.exceptions import ApiException
 
+from plateau.client import PlateauClient
 from plateau.client.errors import (
     AuthError,
     BadRequestError,
@@ -28,6 +29,7 @@ from plateau.client.errors import (
     NotFoundError,
     PlateauClientError,
 )
+from plateau.client.units import format_bytes
 from plateau_operator.crd import ADOPT_ANNOTATION, API_VERSION, NODE_KIND, TOPIC_KIND, annotation
 from plateau_operator.kube import Kube
 from plateau_operator.nodeaccess import NoAccess, client_for, target
@@ -90,13 +92,16 @@ def reconcile(kube: Kube, body: dict[str, Any], cfg: OperatorSettings, attempt: 
     request = {**topic.admin_request(), "owner": owner}
     try:
         with client_for(target(kube, node, cfg.node_image, cfg.allow_endpoint_override)) as client:
+            before = _current(client, topic.topic)  # to tell what the PUT changed
             try:
                 reply = client.put_topic(topic.topic, body=request) or {}
             except ConflictError as exc:
                 if exc.reason != "OwnerConflict" or not _may_adopt(kube, body, exc.owner):
                     raise
                 reply = client.put_topic(topic.topic, body={**request, "adopt": True}) or {}
-            info = client.get_topic(topic.topic) or {}
+            changed = before is None or config_of(before) != config_of(reply)
+            # the usage before an unchanged PUT is the usage after it: no second call
+            info = (client.get_topic(topic.topic) if changed else before) or {}
     except ConflictError as exc:
         if exc.reason == "OwnerConflict":
             hint = "" if exc.owner else f"; annotate {ADOPT_ANNOTATION}=true to take it over"
@@ -137,8 +142,11 @@ def reconcile(kube: Kube, body: dict[str, Any], cfg: OperatorSettings, attempt: 
         )
         notes.append(("Adopted", message))
     elif claim == "created":
-        notes.append(("Created", f"created topic {topic.topic!r} on node {topic.node!r}"))
-    else:
+        notes.append(("Created", f"created topic {topic.topic!r} on node {topic.node!r}: "
+                      f"{describe_config(reply)}"))  # fmt: skip
+    if before is not None and changed:
+        notes.extend(change_notes(topic.topic, topic.node, before, reply))
+    if claim not in ("reclaimed", "adopted", "created"):
         # a later resync keeps the message of the transition (it says how the topic came
         # to be this resource's: taken back, adopted) instead of rewriting it every time
         was: dict[str, Any] = next((c for c in conditions or [] if c.get("type") == "Ready"), {})
@@ -149,7 +157,68 @@ def reconcile(kube: Kube, body: dict[str, Any], cfg: OperatorSettings, attempt: 
         "owner": {k: owner[k] for k in ("namespace", "name", "uid")},
         "usage": topic_usage(info),
     }
-    return outcome(True, TopicReason.SYNCED, message, status=synced, notes=notes)
+    return outcome(True, TopicReason.SYNCED, message, status=synced, notes=notes,
+                   node_changed=changed)  # fmt: skip
+
+
+def _current(client: PlateauClient, name: str) -> dict[str, Any] | None:
+    try:
+        return client.get_topic(name) or {}
+    except NotFoundError:
+        return None
+
+
+CONFIG_KEYS = ("partitions", "retention", "segment")  # the node's TopicConfig
+
+
+def config_of(reply: dict[str, Any]) -> dict[str, Any]:
+    """A node topic's configuration out of a GET or PUT reply (which carry more)."""
+    return {k: reply.get(k) for k in CONFIG_KEYS}
+
+
+def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in config.items():
+        if isinstance(value, dict):
+            out |= _flat(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+def _shown(key: str, value: Any) -> str:
+    if value is None:
+        return "unset"
+    if key.endswith("max_bytes") and isinstance(value, int):
+        return format_bytes(value)
+    return str(value)
+
+
+def describe_config(reply: dict[str, Any]) -> str:
+    flat = _flat(config_of(reply))
+    return f"{flat.get('partitions')} partitions, budget " + _shown(
+        "retention.max_bytes", flat.get("retention.max_bytes")
+    )
+
+
+def change_notes(
+    name: str, node: str, before: dict[str, Any], after: dict[str, Any]
+) -> list[tuple[str, str]]:
+    """Events for what a PUT changed: ``BudgetChanged`` (old → new), ``Configured`` (the rest)."""
+    old, new = _flat(config_of(before)), _flat(config_of(after))
+    notes = []
+    budget = "retention.max_bytes"
+    if old.get(budget) != new.get(budget):
+        was, now = _shown(budget, old.get(budget)), _shown(budget, new.get(budget))
+        notes.append(("BudgetChanged", f"budget of topic {name!r} on node {node!r}: {was} → {now}"))
+    rest = [
+        f"{key} {_shown(key, old.get(key))} → {_shown(key, new.get(key))}"
+        for key in sorted(old.keys() | new.keys())
+        if key != budget and old.get(key) != new.get(key)
+    ]
+    if rest:
+        notes.append(("Configured", f"topic {name!r} on node {node!r}: " + "; ".join(rest)))
+    return notes
 
 
 def _may_adopt(kube: Kube, body: dict[str, Any], current: dict[str, Any] | None) -> bool:
@@ -164,8 +233,11 @@ def _may_adopt(kube: Kube, body: dict[str, Any], current: dict[str, Any] | None)
     return found is None or found["metadata"].get("uid") != current.get("uid")
 
 
-def delete(kube: Kube, body: dict[str, Any], cfg: OperatorSettings) -> tuple[bool, str | None]:
-    """Delete the topic's data when its policy says so: (done, warning for an Event).
+Deletion = tuple[bool, str | None, tuple[str, str] | None]  # done, warning, Normal Event
+
+
+def delete(kube: Kube, body: dict[str, Any], cfg: OperatorSettings) -> Deletion:
+    """Delete the topic's data when its policy says so: (done, warning, note for an Event).
 
     Never blocks forever: a node that is gone or being deleted keeps the data
     and lets the PlateauTopic go; one that cannot be reached for
@@ -177,31 +249,46 @@ def delete(kube: Kube, body: dict[str, Any], cfg: OperatorSettings) -> tuple[boo
     try:
         topic = TopicSpec.parse(meta["name"], body["spec"])
     except InvalidSpec as exc:
-        return True, f"spec unreadable ({exc}): the node's data, if any, is kept"
+        return True, f"spec unreadable ({exc}): the node's data, if any, is kept", None
+    owned = ((body.get("status") or {}).get("owner") or {}).get("uid") == meta["uid"]
     if not topic.delete_data:
-        return True, None
+        kept = (
+            "Retained",
+            f"kept topic {topic.topic!r} and its data on node {topic.node!r} (deletionPolicy "
+            "Retain): a PlateauTopic created again with this namespace and name takes it back",
+        )
+        return True, None, kept if owned else None
     try:
         node = kube.get(API_VERSION, NODE_KIND, topic.node, meta["namespace"])
         if node is None or node["metadata"].get("deletionTimestamp"):
-            return True, None  # the data goes (or stays) with the node's volume
+            gone = (
+                "Retained",
+                f"node {topic.node!r} is gone or being deleted: topic {topic.topic!r} stays "
+                "or goes with the node's volume claim",
+            )
+            return True, None, gone if owned else None
         with client_for(target(kube, node, cfg.node_image, cfg.allow_endpoint_override)) as client:
             client.delete_topic(topic.topic, owner_uid=meta["uid"])
     except NotFoundError:
-        return True, None  # already gone
+        return True, None, ("Deleted", f"topic {topic.topic!r} was already gone from node "
+                                       f"{topic.node!r}")  # fmt: skip
     except ConflictError as exc:
         return (
             True,
             f"topic {topic.topic!r} is not this PlateauTopic's ({describe(exc.owner)}): left alone",
+            None,
         )
     except (PlateauClientError, NoAccess, ApiException, InvalidSpec) as exc:
         waited = _since(meta.get("deletionTimestamp"))
         if waited >= cfg.delete_wait_seconds:
-            return True, (
-                f"node {topic.node!r} not reached for {waited:.0f} s ({exc}): the PlateauTopic is "
-                f"released and topic {topic.topic!r} is kept on the node"
+            why = (
+                f"node {topic.node!r} not reached for {waited:.0f} s ({exc}): the PlateauTopic "
+                f"is released and topic {topic.topic!r} is kept on the node"
             )
-        return False, None
-    return True, None
+            return True, why, None
+        return False, None, None
+    return True, None, ("Deleted", f"deleted topic {topic.topic!r} and its data on node "
+                                   f"{topic.node!r}")  # fmt: skip
 
 
 def _since(stamp: Any) -> float:

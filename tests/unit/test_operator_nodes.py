@@ -96,7 +96,10 @@ def test_network_policy_adds_the_nodes_listed_namespaces_to_the_operators() -> N
     names = [p["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"] for p in peers]
     assert names == ["monitoring", "plateau-system", "spark", "team-a"]
     off = OperatorSettings(network_policy=False)
-    assert all(c["kind"] != "NetworkPolicy" for c in nodes.decide(observed(), off, False).children)
+    plan = nodes.decide(observed(), off, False)
+    assert all(c["kind"] != "NetworkPolicy" for c in plan.children)
+    assert plan.remove == [("networking.k8s.io/v1", "NetworkPolicy", "plateau-ingest")]
+    assert nodes.decide(observed(), CFG, False).remove == []
 
 
 def test_a_ready_node_waits_for_its_turn_before_its_pod_is_replaced() -> None:
@@ -106,7 +109,7 @@ def test_a_ready_node_waits_for_its_turn_before_its_pod_is_replaced() -> None:
     assert cond(waiting, "Progressing") == ("True", "WaitingForRollout")
     assert waiting.outcome.retry_after is not None
     rolling = nodes.decide(obs, CFG, slot=True)
-    assert rolling.children[-1]["kind"] == "StatefulSet" and rolling.holds_slot
+    assert rolling.children[-1]["kind"] == "StatefulSet"
     assert cond(rolling, "Progressing") == ("True", "RollingUpdate")
 
 
@@ -165,3 +168,52 @@ def test_status_records_the_image_the_pod_runs_and_the_token_secret() -> None:
     assert status["image"] == "img:1" and status["hostNode"] == "k1"
     assert status["tokenSecret"] == resources.names("ingest")["secret"]
     assert status["observedGeneration"] == 3
+
+
+def claim(uid: str = "c-1", labels: dict[str, str] | None = None) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "data-plateau-ingest-0", "uid": uid,
+                     "labels": resources.labels("ingest") if labels is None else labels},
+        "status": {"phase": "Bound", "capacity": {"storage": "20Gi"}},
+    }  # fmt: skip
+
+
+def token_secret(
+    controller: dict[str, Any], labels: dict[str, str] | None = None
+) -> dict[str, Any]:
+    ref = {"kind": controller["kind"], "name": controller["metadata"]["name"],
+           "uid": controller["metadata"]["uid"], "controller": True}  # fmt: skip
+    meta = {"name": "plateau-ingest-token", "ownerReferences": [ref],
+            "labels": resources.labels("ingest") if labels is None else labels}  # fmt: skip
+    return {"metadata": meta, "data": {}}
+
+
+def test_the_token_secret_lives_with_a_kept_claim_and_only_with_one_made_for_the_node() -> None:
+    kept = nodes.decide(observed(pvc=claim()), CFG, False)
+    assert kept.token_keeper is not None and kept.token_keeper["metadata"]["uid"] == "c-1"
+    b = body()
+    b["spec"]["retainVolume"] = False
+    assert nodes.decide(observed(b, pvc=claim()), CFG, False).token_keeper is None
+    assert nodes.decide(observed(), CFG, False).token_keeper is None  # no claim yet
+    foreign = claim(labels={"app": "theirs"})
+    assert nodes.decide(observed(pvc=foreign), CFG, False).token_keeper is None
+
+    node = body()
+    assert nodes._secret_is_ours(token_secret(node), "u-1", None, "ingest")
+    assert nodes._secret_is_ours(token_secret(claim()), "u-1", claim(), "ingest")
+    # not the operator's labels, another claim, a claim not made for the node: not ours
+    assert not nodes._secret_is_ours(token_secret(claim(), labels={}), "u-1", claim(), "ingest")
+    assert not nodes._secret_is_ours(token_secret(claim("c-2")), "u-1", claim(), "ingest")
+    assert not nodes._secret_is_ours(token_secret(foreign), "u-1", foreign, "ingest")
+    other = {**node, "metadata": {**node["metadata"], "uid": "u-0"}}
+    assert not nodes._secret_is_ours(token_secret(other), "u-1", None, "ingest")
+
+
+def test_a_node_recreated_on_its_kept_claim_says_it_kept_its_tokens() -> None:
+    plan = nodes.decide(observed(pvc=claim(), secret=token_secret(claim())), CFG, False)
+    (note,) = [n for n in plan.outcome.notes if n[0] == "TokensKept"]
+    assert "plateau-ingest-token" in note[1] and "data-plateau-ingest-0" in note[1]
+    running = observed(pvc=claim(), secret=token_secret(claim()), sts=running_sts("x"))
+    assert not nodes.decide(running, CFG, False).outcome.notes  # said once, when re-created

@@ -128,3 +128,50 @@ def test_rollout_gate_lets_one_node_roll_at_a_time() -> None:
     assert not gate.request(keys[1]) and gate.request(keys[0])
     gate.done(keys[0])
     assert gate.request(keys[1])
+
+
+def test_a_nudge_makes_a_known_object_due_now_or_right_after_its_running_reconcile() -> None:
+    book = ResyncBook(interval=3600)
+    key, other = ("PlateauNode", "ns", "n"), ("PlateauNode", "ns", "unknown")
+    book.see(key)
+    assert book.take_due() == [key]
+    book.done(key, None)
+    assert book.take_due() == []  # next turn in an hour
+    book.nudge(key)
+    book.nudge(other)  # not seen by the watch: stays unknown
+    assert book.take_due() == [key] and other not in set(book.keys())
+    book.nudge(key)  # while it runs: it may have read before the change
+    book.done(key, None)
+    assert book.take_due() == [key], "due again right after the running reconcile"
+    book.done(key, None)
+    assert book.take_due() == []
+
+
+def test_nudges_while_objects_are_reconciled_never_hand_one_out_twice() -> None:
+    book = ResyncBook(interval=0.05)
+    keys = [("PlateauNode", "ns", f"n{i}") for i in range(6)]
+    for k in keys:
+        book.see(k)
+    running: set[tuple[str, str, str]] = set()
+    double: list[tuple[str, str, str]] = []
+    guard = threading.Lock()
+
+    def worker() -> None:
+        for _ in range(ROUNDS):
+            book.nudge(random.choice(keys))
+            for k in book.take_due():
+                with guard:
+                    if k in running:
+                        double.append(k)
+                    running.add(k)
+                book.nudge(k)
+                with guard:
+                    running.discard(k)
+                book.done(k, None)
+
+    run_all(worker, n=8)
+    assert not double
+    for k in keys:
+        book.forget(k)
+        book.nudge(k)
+    assert book.keys() == [] and book.take_due() == []
