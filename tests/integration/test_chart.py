@@ -52,6 +52,7 @@ def test_lint_and_values_schema() -> None:
     [
         ["--set", "monitoring.dashboard.enabled=true"],
         ["--set", "watchNamespaces={team-a,team-b}", "--set", "networkPolicy.enabled=false"],
+        ["--set", "spark.jobNamespaces={team-a,team-b}"],
     ],
 )
 def test_rendered_objects_are_accepted_by_the_api_server(kube: KubeApi, values: list[str]) -> None:
@@ -143,9 +144,10 @@ def test_rendered_chart_and_examples_validate_with_kubeconform(
         [
             [],
             ["--set", "monitoring.dashboard.enabled=true", "--set", "networkPolicy.enabled=false"],
-            ["--set", "watchNamespaces={a,b}", "--set", "networkPolicy.allowedNamespaces={mon}"],
+            ["--set", "watchNamespaces={a,b}", "--set", "networkPolicy.allowedNamespaces={mon}",
+             "--set", "spark.jobNamespaces={a,jobs}"],
         ]
-    ):
+    ):  # fmt: skip
         r = helm("template", "plateau", str(CHART), "--namespace", "plateau-system", *values)
         assert r.returncode == 0, r.stderr
         (manifests / f"chart-{i}.yaml").write_text(r.stdout)
@@ -435,3 +437,86 @@ def test_rbac_on_the_api_server_survives_a_namespace_losing_its_binding(kube: Ku
     assert can("patch", "plateaunodes.plateau.dev", "team-a")
     assert can("get", "plateautopics.plateau.dev", "team-a")
     assert not can("get", "secrets", "team-a") and not can("get", "services", "team-a")
+
+
+# --- what a Spark driver needs, in spark.jobNamespaces ----------------------------------
+
+# Spark's driver (spark-submit, cluster mode): its executors' pods, their ConfigMap, the
+# headless Service, claims made per executor. No Secrets, nothing cluster-wide.
+SPARK_DRIVER = {
+    ("", resource): {"create", "get", "list", "watch", "delete", "deletecollection", "patch",
+                     "update"}
+    for resource in ("pods", "services", "configmaps", "persistentvolumeclaims")
+}  # fmt: skip
+
+
+def _spark_objects(docs: list[dict[str, Any]]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    return {
+        (d["kind"], d["metadata"].get("namespace", ""), d["metadata"]["name"]): d
+        for d in docs
+        if d["metadata"].get("labels", {}).get("app.kubernetes.io/name") == "plateau-spark"
+    }
+
+
+def test_spark_job_namespaces_get_the_drivers_account_role_and_binding_and_no_more() -> None:
+    default = _rendered()
+    assert _spark_objects(default) == {}  # jobNamespaces is empty by default
+    docs = _rendered("--set", "spark.jobNamespaces={ml,jobs}")
+    spark = _spark_objects(docs)
+    kinds = ("ServiceAccount", "Role", "RoleBinding")
+    assert set(spark) == {(k, ns, "plateau-spark") for k in kinds for ns in ("ml", "jobs")}
+    # everything else is what the chart renders without them
+    assert len(docs) - len(spark) == len(default)
+    for ns in ("ml", "jobs"):
+        role = spark["Role", ns, "plateau-spark"]
+        assert _grants(role) == SPARK_DRIVER
+        assert ("", "secrets") not in _grants(role)
+        binding = spark["RoleBinding", ns, "plateau-spark"]
+        assert binding["roleRef"] == {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role",
+                                      "name": "plateau-spark"}  # fmt: skip
+        assert binding["subjects"] == [
+            {"kind": "ServiceAccount", "name": "plateau-spark", "namespace": ns}
+        ]
+        for kind in kinds:
+            labels = spark[kind, ns, "plateau-spark"]["metadata"]["labels"]
+            assert labels["app.kubernetes.io/part-of"] == "plateau"
+            assert labels["app.kubernetes.io/managed-by"] == "Helm"
+            assert labels["helm.sh/chart"].startswith("plateau-")
+
+    own = _rendered("--set", "spark.jobNamespaces={ml}",
+                    "--set", "spark.serviceAccount.create=false",
+                    "--set", "spark.serviceAccount.name=etl")  # fmt: skip
+    assert set(_spark_objects(own)) == {("Role", "ml", "etl"), ("RoleBinding", "ml", "etl")}
+    none = _rendered("--set", "spark.jobNamespaces={ml}", "--set", "spark.rbac.create=false")
+    assert set(_spark_objects(none)) == {("ServiceAccount", "ml", "plateau-spark")}
+    for bad in ("spark.jobNamespaces={Team_A}", "spark.rbac.create=yes"):
+        r = helm("template", "t", str(CHART), "--set", bad)
+        assert r.returncode != 0 and "spark" in r.stderr, r.stderr
+
+
+def test_spark_driver_rights_on_the_api_server(kube: KubeApi) -> None:
+    """Installed for real: the driver's account may run executors in its namespace, and
+    read no Secret, nor anything in another namespace, nor the cluster's nodes."""
+    for ns in ("plateau-system", "spark-a", "spark-b", "other"):
+        kube.kubectl("create", "namespace", ns, check=False)
+    docs = _rendered("--set", "spark.jobNamespaces={spark-a,spark-b}")
+    r = kube.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs), check=False)
+    assert r.returncode == 0, r.stderr
+    sa = "system:serviceaccount:spark-a:plateau-spark"
+
+    def can(verb: str, what: str, ns: str) -> bool:
+        r = kube.kubectl("auth", "can-i", verb, what, "-n", ns, f"--as={sa}", check=False)
+        assert r.stdout.strip() in ("yes", "no"), r.stdout + r.stderr
+        return r.stdout.strip() == "yes"
+
+    for verb in ("create", "get", "list", "watch", "delete", "deletecollection", "patch"):
+        assert can(verb, "pods", "spark-a"), verb
+    assert can("create", "configmaps", "spark-a") and can("create", "services", "spark-a")
+    assert can("deletecollection", "persistentvolumeclaims", "spark-a")
+    assert not can("get", "secrets", "spark-a") and not can("list", "secrets", "spark-a")
+    assert not can("create", "pods", "spark-b")  # spark-b's account is another one
+    assert not can("create", "pods", "other")
+    r = kube.kubectl("auth", "can-i", "list", "nodes", f"--as={sa}", check=False)
+    assert r.stdout.strip() == "no"
+    out = kube.kubectl("get", "serviceaccount", "plateau-spark", "-n", "spark-b", "-o", "json")
+    assert json.loads(out.stdout)["metadata"]["name"] == "plateau-spark"
