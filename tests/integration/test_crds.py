@@ -19,6 +19,11 @@ from tests.kubeapi import ROOT, KubeApi
 NS = "default"
 WHOLE = "must be a whole number of bytes: not milli (500m is half a byte; write 500M or 500Mi)"
 DURATION = "must be a duration such as 30s, 15m, 12h, 7d or 1h30m"
+TOPIC_NAME = (
+    "topicName must be 1 to 128 lowercase letters, digits, '-', '_' and '.', not starting "
+    "with '.', such as inference_logs or events.v2"
+)
+NODE_REF = "nodeRef.name must be the name of a PlateauNode in this namespace"
 
 
 def test_examples_are_accepted_with_defaults_and_short_names(kube: KubeApi) -> None:
@@ -56,6 +61,9 @@ def topic(name: str, **spec: Any) -> dict[str, Any]:
         ({"retention": {"maxBytes": "10Xi"}}, "maxBytes must be a non-negative quantity"),
         ({"retention": {"maxBytes": "1Gi", "maxAge": "1y"}}, f"retention.maxAge {DURATION}"),
         ({"retention": {"maxBytes": "1Gi", "maxAge": "1 day"}}, f"retention.maxAge {DURATION}"),
+        ({"retention": {"maxBytes": "1Gi", "maxAge": "7 days"}}, f"retention.maxAge {DURATION}"),
+        ({"retention": {"maxBytes": "lots"}}, "maxBytes must be a non-negative quantity"),
+        ({"retention": {"maxBytes": "-1Gi"}}, "maxBytes must be a non-negative quantity"),
         ({"segment": {"maxAge": "5 min"}}, f"segment.maxAge {DURATION}"),
         ({"segment": {"maxAge": "1h30"}}, f"segment.maxAge {DURATION}"),
         ({"retention": {"maxBytes": "500m"}}, f"retention.maxBytes {WHOLE}"),
@@ -66,7 +74,12 @@ def topic(name: str, **spec: Any) -> dict[str, Any]:
         ({"segment": {"maxBytes": "0.1Ki"}}, f"segment.maxBytes {WHOLE}"),  # 102.4 bytes
         ({"segment": {"maxBytes": "0"}}, "segment.maxBytes must be a positive quantity"),
         ({"segment": {"format": "csv"}}, 'Unsupported value: "csv"'),
-        ({"topicName": "Bad/Name"}, "should match"),
+        ({"topicName": "Bad/Name"}, TOPIC_NAME),
+        ({"topicName": ".hidden"}, TOPIC_NAME),
+        ({"topicName": ""}, TOPIC_NAME),
+        ({"topicName": "x" * 129}, "Too long: may not be more than 128"),
+        ({"nodeRef": {"name": "Node_1"}}, NODE_REF),
+        ({"nodeRef": {"name": ""}}, NODE_REF),
         ({"deletionPolicy": "Orphan"}, "Unsupported value"),
         ({"nodeRef": {}}, "spec.nodeRef.name: Required value"),
     ],
@@ -76,8 +89,15 @@ def test_invalid_topics_are_rejected_with_what_to_fix(
 ) -> None:
     r = kube.apply(topic("bad", **spec))
     assert r.returncode != 0 and message in r.stderr, r.stderr
-    if "maxAge" in message:
-        assert "should match" not in r.stderr  # a sentence, not the raw regex
+    assert "should match" not in r.stderr  # a sentence, never a raw regex
+
+
+def test_a_topic_named_longer_than_a_node_topic_name_needs_topic_name(kube: KubeApi) -> None:
+    long = "t" * 129  # a valid Kubernetes name, too long for the node
+    r = kube.apply(topic(long))
+    assert r.returncode != 0, r.stderr
+    assert "set spec.topicName or a shorter name" in r.stderr and "should match" not in r.stderr
+    assert kube.apply(topic(long, topicName="events_long")).returncode == 0
 
 
 @pytest.mark.parametrize(
