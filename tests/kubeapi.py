@@ -123,6 +123,24 @@ class KubeApi:
             time.sleep(0.5)
         raise RuntimeError(f"the API server did not become ready: {self.logs()}")
 
+    def start_controllers(self, *controllers: str) -> KubeApi:
+        """kube-controller-manager running only ``controllers`` (``garbagecollector``,
+        ``statefulset``, ``pvc-protection``...): what a test needs of the cluster's
+        controllers, without a scheduler or kubelet (pods stay Pending)."""
+        self._spawn(
+            "kube-controller-manager",
+            [
+                str(self.bin / "kube-controller-manager"),
+                f"--kubeconfig={self.kubeconfig}",
+                f"--controllers={','.join(controllers)}",
+                "--leader-elect=false",
+                "--secure-port=0",
+                "--use-service-account-credentials=false",
+                "--v=1",
+            ],
+        )
+        return self
+
     def _spawn(self, name: str, cmd: list[str]) -> None:
         log = (self.workdir / f"{name}.log").open("ab")
         self._procs[name] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)

@@ -196,7 +196,8 @@ def _shown(key: str, value: Any) -> str:
 
 def describe_config(reply: dict[str, Any]) -> str:
     flat = _flat(config_of(reply))
-    return f"{flat.get('partitions')} partitions, budget " + _shown(
+    n = flat.get("partitions")
+    return f"{n} partition{'' if n == 1 else 's'}, budget " + _shown(
         "retention.max_bytes", flat.get("retention.max_bytes")
     )
 
