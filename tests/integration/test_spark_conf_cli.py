@@ -1,12 +1,15 @@
 """``plateau spark-conf`` against a real kube-apiserver: a PlateauNode the operator would
 have made, a StatefulSet deployed without it, and the errors a user meets; ``--mode url``:
-the read token referenced in the node's Secret (never printed), the node's address."""
+the read token referenced in the node's Secret (never printed), the node's address; and
+for every job the kubeconfig's API server, the driver's ServiceAccount and requests sized
+from the Node objects there (a 2-CPU node that holds the volume, two big ones)."""
 
 from __future__ import annotations
 
 import base64
 import copy
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -65,7 +68,22 @@ def objects(kube: KubeApi) -> KubeApi:
     }  # fmt: skip
     kube.apply(sts)
     kube.apply(claim("vol-hand-0", ["ReadWriteMany"]))
+    # the Kubernetes nodes: the volume's host is small, the rest of the cluster big
+    for name, cpu, memory in (("worker-7", "2", "8010516Ki"), ("big-1", "16", "64Gi"),
+                              ("big-2", "16", "64Gi")):  # fmt: skip
+        kube.apply({"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+        amounts = {"cpu": cpu, "memory": memory, "pods": "110"}
+        status = {"status": {"allocatable": amounts, "capacity": amounts}}
+        kube.kubectl("patch", "node", name, "--subresource=status", "--type=merge",
+                     "-p", json.dumps(status))  # fmt: skip
+    kube.apply({"apiVersion": "v1", "kind": "ServiceAccount",
+                "metadata": {"name": "plateau-spark", "namespace": NS}})  # fmt: skip
     return kube
+
+
+def conf_of(out: subprocess.CompletedProcess[str]) -> dict[str, str]:
+    assert out.returncode == 0, out.stderr
+    return dict(line.removeprefix("--conf ").split("=", 1) for line in out.stdout.splitlines())
 
 
 def test_conf_for_a_plateau_node(objects: KubeApi, tmp_path: Path) -> None:
@@ -80,7 +98,8 @@ def test_conf_for_a_plateau_node(objects: KubeApi, tmp_path: Path) -> None:
         assert conf[f"{prefix}.mount.readOnly"] == "true"
         assert conf[f"spark.kubernetes.{role}.podTemplateFile"] == str(template)
     assert conf["spark.kubernetes.namespace"] == NS
-    assert "worker-7" in out.stderr and '"path", "/plateau/data"' in out.stderr
+    assert "worker-7" in out.stderr
+    assert 'plateau.spark.read_topic(spark, path="/plateau/data", topic=...)' in out.stderr
     pod = yaml.safe_load(template.read_text())
     terms = pod["spec"]["affinity"]["nodeAffinity"][
         "requiredDuringSchedulingIgnoredDuringExecution"
@@ -112,6 +131,8 @@ def test_properties_and_sparkapplication(objects: KubeApi, tmp_path: Path) -> No
         objects, "--node", "a", "--namespace", NS, "--format", "sparkapplication", cwd=tmp_path
     )
     assert out.returncode == 0, out.stderr
+    assert "&id" not in out.stdout and "*id" not in out.stdout  # plain YAML
+    assert "read_topic(spark, path=" in out.stdout
     spec = yaml.safe_load(out.stdout)["spec"]
     assert spec["volumes"] == [
         {
@@ -211,12 +232,13 @@ def test_url_mode_conf_follows_status_token_secret(url_objects: KubeApi, tmp_pat
     out = cli(url_objects, "--node", "b", "--namespace", NS, "--mode", "url", cwd=tmp_path)
     assert_secret_free(out, tmp_path)
     conf = dict(line.removeprefix("--conf ").split("=", 1) for line in out.stdout.splitlines())
-    assert conf == {
-        "spark.kubernetes.namespace": NS,
+    assert {k: v for k, v in conf.items() if "PLATEAU" in k} == {
         "spark.kubernetes.driver.secretKeyRef.PLATEAU_TOKEN": "team-b-tokens:readToken",
         "spark.kubernetes.executor.secretKeyRef.PLATEAU_TOKEN": "team-b-tokens:readToken",
         "spark.kubernetes.driverEnv.PLATEAU_URL": B_URL,
     }
+    assert conf["spark.kubernetes.namespace"] == NS
+    assert not any("volumes" in key or "podTemplateFile" in key for key in conf)
     assert "readToken" in secret_keys(url_objects, "team-b-tokens")  # what it names exists
     assert "Secret team-b-tokens" in out.stderr and B_URL in out.stderr
 
@@ -249,11 +271,13 @@ def test_url_mode_sparkapplication_env_is_a_valid_secret_ref(
     out = cli(url_objects, "--node", "b", "--namespace", NS, "--mode", "url",
               "--format", "sparkapplication", cwd=tmp_path)  # fmt: skip
     assert_secret_free(out, tmp_path)
+    assert "&id" not in out.stdout and "*id" not in out.stdout
     spec = yaml.safe_load(out.stdout)["spec"]
-    assert set(spec) == {"driver", "executor"}  # no volumes, no affinity
+    assert "volumes" not in spec and "affinity" not in spec["driver"]
     ref = {"name": "team-b-tokens", "key": "readToken"}
     token = {"name": "PLATEAU_TOKEN", "valueFrom": {"secretKeyRef": ref}}
     assert spec["driver"]["env"] == [{"name": "PLATEAU_URL", "value": B_URL}, token]
+    assert spec["driver"]["serviceAccount"] == "plateau-spark"
     assert spec["executor"]["env"] == [token]
     # the API server itself accepts the env as a pod's (strict field validation)
     for role in ("driver", "executor"):
@@ -282,3 +306,124 @@ def test_url_mode_errors(
     assert out.returncode == 2, out.stderr
     assert message in out.stderr and out.stderr.startswith("error:")
     assert out.stdout == "" and not list(tmp_path.iterdir())
+
+
+# --- what every job gets: spark.master, the driver's account, sizing from the Nodes -------
+
+SMALL = {
+    "spark.executor.instances": "1",
+    "spark.driver.memory": "512m",
+    "spark.executor.memory": "512m",
+    "spark.kubernetes.driver.request.cores": "0.25",
+    "spark.kubernetes.executor.request.cores": "0.25",
+}
+DEFAULTS = {
+    "spark.executor.instances": "2",
+    "spark.driver.memory": "1g",
+    "spark.executor.memory": "1g",
+    "spark.kubernetes.driver.request.cores": "1",
+    "spark.kubernetes.executor.request.cores": "1",
+}
+
+
+def test_job_settings_name_the_api_server_the_account_and_fit_the_nodes(
+    objects: KubeApi, tmp_path: Path
+) -> None:
+    # path mode pins every pod to the volume's host, worker-7 (2 CPU): sized for it alone
+    out = cli(objects, "--node", "a", "--namespace", NS, cwd=tmp_path)
+    conf = conf_of(out)
+    assert conf["spark.master"] == f"k8s://{objects.server}"  # the kubeconfig's server
+    assert conf["spark.submit.deployMode"] == "cluster"
+    assert conf["spark.kubernetes.authenticate.driver.serviceAccountName"] == "plateau-spark"
+    assert conf["spark.kubernetes.submission.waitAppCompletion"] == "true"
+    assert SMALL.items() <= conf.items()
+    assert "node worker-7 (2 CPU, 7.6 GiB)" in out.stderr
+    assert "warning" not in out.stderr  # plateau-spark exists in the namespace
+    # url mode runs anywhere: the cluster's two big nodes get Spark's own defaults
+    url = conf_of(cli(objects, "--node", "a", "--namespace", NS, "--mode", "url", cwd=tmp_path))
+    assert DEFAULTS.items() <= url.items() and url["spark.master"] == conf["spark.master"]
+    # the sizes given win; --no-sizing prints only those
+    out = cli(objects, "--node", "a", "--namespace", NS, "--mode", "url", "--executor-instances",
+              "3", "--driver-memory", "2g", "--service-account", "etl", cwd=tmp_path)  # fmt: skip
+    given = conf_of(out)
+    assert given["spark.executor.instances"] == "3" and given["spark.driver.memory"] == "2g"
+    assert given["spark.executor.memory"] == "1g"  # sized
+    assert given["spark.kubernetes.authenticate.driver.serviceAccountName"] == "etl"
+    assert f"no ServiceAccount {NS}/etl" in out.stderr
+    out = cli(objects, "--node", "a", "--namespace", NS, "--mode", "url", "--no-sizing",
+              "--executor-memory", "3g", cwd=tmp_path)  # fmt: skip
+    bare = conf_of(out)
+    assert bare["spark.executor.memory"] == "3g"
+    assert not {k for k in DEFAULTS if k != "spark.executor.memory"} & set(bare)
+    # the properties file carries the same keys, spark.master included
+    out = cli(objects, "--node", "a", "--namespace", NS, "--mode", "url", "--format",
+              "properties", cwd=tmp_path)  # fmt: skip
+    props = dict(
+        line.split("=", 1) for line in out.stdout.splitlines() if line and not line.startswith("#")
+    )
+    assert props == url
+
+
+def test_sizing_without_the_right_to_list_nodes_falls_back_and_says_so(
+    objects: KubeApi, tmp_path: Path
+) -> None:
+    """A user who may read the PlateauNode, not the cluster's Nodes: small sizes, a warning."""
+    objects.apply({"apiVersion": "v1", "kind": "ServiceAccount",
+                   "metadata": {"name": "analyst", "namespace": NS}})  # fmt: skip
+    objects.apply({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+        "metadata": {"name": "analyst", "namespace": NS},
+        "rules": [{"apiGroups": ["plateau.dev"], "resources": ["plateaunodes"], "verbs": ["get"]}],
+    })  # fmt: skip
+    objects.apply({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+        "metadata": {"name": "analyst", "namespace": NS},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "analyst"},
+        "subjects": [{"kind": "ServiceAccount", "name": "analyst", "namespace": NS}],
+    })  # fmt: skip
+    token = objects.kubectl("create", "token", "analyst", "-n", NS).stdout.strip()
+    config = tmp_path / "analyst.kubeconfig"
+    config.write_text(yaml.safe_dump({
+        "apiVersion": "v1", "kind": "Config", "current-context": "analyst",
+        "clusters": [{"name": "c", "cluster": {"server": objects.server,
+                                               "insecure-skip-tls-verify": True}}],
+        "contexts": [{"name": "analyst", "context": {"cluster": "c", "user": "analyst"}}],
+        "users": [{"name": "analyst", "user": {"token": token}}],
+    }))  # fmt: skip
+    cmd = [sys.executable, "-c", "from plateau.cli import main; main()", "spark-conf", "--node",
+           "b", "--namespace", NS, "--mode", "url", "--kubeconfig", str(config)]  # fmt: skip
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False, cwd=tmp_path)
+    conf = conf_of(out)
+    assert SMALL.items() <= conf.items()
+    assert "cannot list the Kubernetes nodes" in out.stderr and "403" in out.stderr
+    assert conf["spark.master"] == f"k8s://{objects.server}"
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--driver-memory", "1.5g"], "not a Spark memory size: '1.5g'"),
+        (["--executor-request-cores", "0"], "a CPU request must be above 0"),
+        (["--executor-request-cores", "two"], "not a CPU quantity: 'two'"),
+        (["--executor-instances", "0"], "--executor-instances"),
+    ],
+)
+def test_bad_sizes_exit_2_and_write_nothing(
+    objects: KubeApi, tmp_path: Path, args: list[str], message: str
+) -> None:
+    out = cli(objects, "--node", "a", "--namespace", NS, *args, cwd=tmp_path)
+    assert out.returncode == 2, out.stderr
+    assert out.stderr.startswith("error:") and message in out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1
+    assert out.stdout == "" and not list(tmp_path.iterdir())
+
+
+def test_no_kubeconfig_exits_2(tmp_path: Path) -> None:
+    cmd = [sys.executable, "-c", "from plateau.cli import main; main()", "spark-conf",
+           "--node", "a", "--namespace", NS, "--kubeconfig", str(tmp_path / "none")]  # fmt: skip
+    env = {
+        k: v for k, v in os.environ.items() if k not in ("KUBECONFIG", "KUBERNETES_SERVICE_HOST")
+    }
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False, env=env)
+    assert out.returncode == 2 and out.stderr.startswith("error: no Kubernetes configuration")
+    assert len(out.stderr.strip().splitlines()) == 1

@@ -21,6 +21,12 @@ the node's address in the driver's ``$PLATEAU_URL``. The command never reads the
 Secret, so the token cannot reach its output. Source: the ``PlateauNode``
 (``status.tokenSecret``, ``status.endpoint``; the operator's names when the
 status has none yet).
+
+Both modes add what any job on Kubernetes needs (``Job``): the API server of
+the kubeconfig as ``spark.master``, cluster mode, the namespace, the driver's
+ServiceAccount (the chart's ``spark.jobNamespaces`` creates ``plateau-spark``),
+requests that fit the nodes seen (``kubesizing``), and the settings that make a
+failed driver visible.
 """
 
 from __future__ import annotations
@@ -29,6 +35,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
+
+from plateau.spark.kubejob import Job, job_comments, job_settings, job_spec
 
 VOLUME = "plateau-data"
 DEFAULT_MOUNT = "/plateau/data"
@@ -41,8 +49,42 @@ READ_TOKEN_KEY = "readToken"  # the operator's key for the read token in the nod
 PORT = 3030
 
 
+class _NoAliases(yaml.SafeDumper):
+    """Plain YAML: a dict used twice is written twice, never as ``&id001``/``*id001``."""
+
+    def ignore_aliases(self, data: Any) -> bool:
+        return True
+
+
+def dump(data: Any) -> str:
+    return yaml.dump(data, Dumper=_NoAliases, sort_keys=False)
+
+
 class SparkConfError(Exception):
     """What the user must fix; printed as one line, exit code 2."""
+
+
+def _merge(spec: dict[str, Any], more: dict[str, Any]) -> dict[str, Any]:
+    out = dict(spec)
+    for key, value in more.items():
+        out[key] = {**out[key], **value} if isinstance(value, dict) and key in out else value
+    return out
+
+
+def _text(fmt: str, pairs: dict[str, str], comments: list[str], spec: dict[str, Any],
+          namespace: str) -> str:  # fmt: skip
+    """``conf`` (spark-submit arguments, no comments, so that ``$(plateau spark-conf ...)``
+    pastes), ``properties`` (with comments) or a ``SparkApplication`` fragment."""
+    if fmt == "conf":
+        return "".join(f"--conf {k}={v}\n" for k, v in pairs.items())
+    if fmt == "properties":
+        lines = [f"# {c}" for c in comments] + [f"{k}={v}" for k, v in pairs.items()]
+        return "\n".join(lines) + "\n"
+    if fmt == "sparkapplication":
+        head = "".join(f"# {c}\n" for c in comments)
+        head += f"# merge into a sparkoperator.k8s.io/v1beta2 SparkApplication in {namespace}\n"
+        return head + dump({"spec": spec})
+    raise SparkConfError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
 
 
 @dataclass(frozen=True)
@@ -134,37 +176,29 @@ def comments(p: VolumePlacement, mount: str) -> list[str]:
     )
     return [
         f"plateau node {p.namespace}/{p.node}: claim {p.claim} {where}",
-        f'read it with spark.read.format("plateau").option("path", "{mount}")',
+        f'read with plateau.spark.read_topic(spark, path="{mount}", topic=...); '
+        f'an arrow topic or a stream: spark.read.format("plateau").option("path", "{mount}")',
     ]
 
 
-def render(p: VolumePlacement, fmt: str, mount: str, template_path: str | None) -> str:
-    """The text to print: ``conf`` (spark-submit arguments), ``properties`` or a
-    ``SparkApplication`` fragment. ``conf`` carries no comments, so that
-    ``$(plateau spark-conf ...)`` can be pasted into a command line."""
-    if fmt == "conf":
-        pairs = settings(p, mount, template_path)
-        return "\n".join(f"--conf {k}={v}" for k, v in pairs.items()) + "\n"
-    if fmt == "properties":
-        lines = [f"# {c}" for c in comments(p, mount)]
-        lines += [f"{k}={v}" for k, v in settings(p, mount, template_path).items()]
-        return "\n".join(lines) + "\n"
-    if fmt == "sparkapplication":
-        mount_ = {"name": VOLUME, "mountPath": mount, "readOnly": True}
-        role: dict[str, Any] = {"volumeMounts": [mount_]}
+def render(
+    p: VolumePlacement, fmt: str, mount: str, template_path: str | None, job: Job | None = None
+) -> str:
+    """The text to print for ``--mode path`` in ``fmt`` (see ``_text``)."""
+    job = job or Job(p.namespace, None, None)
+    pairs = {**job_settings(job), **settings(p, mount, template_path)}
+    roles: dict[str, dict[str, Any]] = {}
+    for role in ("driver", "executor"):  # one dict each: no shared object, no YAML alias
+        roles[role] = {"volumeMounts": [{"name": VOLUME, "mountPath": mount, "readOnly": True}]}
         if p.needs_affinity:
-            role["affinity"] = affinity(p)
-        spec = {
-            "volumes": [
-                {"name": VOLUME, "persistentVolumeClaim": {"claimName": p.claim, "readOnly": True}}
-            ],
-            "driver": role,
-            "executor": role,
-        }
-        head = "".join(f"# {c}\n" for c in comments(p, mount))
-        head += f"# merge into a sparkoperator.k8s.io/v1beta2 SparkApplication in {p.namespace}\n"
-        return head + yaml.safe_dump({"spec": spec}, sort_keys=False)
-    raise SparkConfError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+            roles[role]["affinity"] = affinity(p)
+    spec = _merge(job_spec(job), {
+        "volumes": [
+            {"name": VOLUME, "persistentVolumeClaim": {"claimName": p.claim, "readOnly": True}}
+        ],
+        **roles,
+    })  # fmt: skip
+    return _text(fmt, pairs, comments(p, mount) + job_comments(job), spec, p.namespace)
 
 
 @dataclass(frozen=True)
@@ -215,25 +249,16 @@ def url_comments(a: NodeAccess) -> list[str]:
     ]
 
 
-def render_url(a: NodeAccess, fmt: str) -> str:
+def render_url(a: NodeAccess, fmt: str, job: Job | None = None) -> str:
     """``render`` for ``--mode url``: the same three formats."""
-    if fmt == "conf":
-        return "".join(f"--conf {k}={v}\n" for k, v in url_settings(a).items())
-    if fmt == "properties":
-        lines = [f"# {c}" for c in url_comments(a)]
-        lines += [f"{k}={v}" for k, v in url_settings(a).items()]
-        return "\n".join(lines) + "\n"
-    if fmt == "sparkapplication":
-        token = {"name": TOKEN_ENV,
-                 "valueFrom": {"secretKeyRef": {"name": a.secret, "key": a.key}}}  # fmt: skip
-        spec = {
-            "driver": {"env": [{"name": URL_ENV, "value": a.url}, token]},
-            "executor": {"env": [token]},
-        }
-        head = "".join(f"# {c}\n" for c in url_comments(a))
-        head += f"# merge into a sparkoperator.k8s.io/v1beta2 SparkApplication in {a.namespace}\n"
-        return head + yaml.safe_dump({"spec": spec}, sort_keys=False)
-    raise SparkConfError(f"--format must be one of {', '.join(FORMATS)}, not {fmt!r}")
+    job = job or Job(a.namespace, None, None)
+    pairs = {**job_settings(job), **url_settings(a)}
+    token = {"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": a.secret, "key": a.key}}}
+    spec = _merge(job_spec(job), {
+        "driver": {"env": [{"name": URL_ENV, "value": a.url}, dict(token)]},
+        "executor": {"env": [dict(token)]},
+    })  # fmt: skip
+    return _text(fmt, pairs, url_comments(a) + job_comments(job), spec, a.namespace)
 
 
 class _Api:
@@ -278,12 +303,46 @@ class _Api:
         return self.get(self.custom.get_namespaced_custom_object, "plateau.dev", "v1alpha1",
                         namespace, "plateaunodes", node)  # fmt: skip
 
+    def master(self) -> str:
+        """``spark.master`` for this API server: Spark wants the port even when it is 443."""
+        from urllib.parse import urlsplit
+
+        host = str(self.api.configuration.host).rstrip("/")
+        url = urlsplit(host)
+        if url.port is None and url.hostname:
+            host = f"{url.scheme}://{url.netloc}:{443 if url.scheme == 'https' else 80}{url.path}"
+        return f"k8s://{host}"
+
+    def nodes(self) -> tuple[list[dict[str, Any]] | None, str]:
+        """The cluster's Node objects, or ``None`` and why (typically: no right to list them)."""
+        from kubernetes.client.exceptions import ApiException
+
+        try:
+            listed = self.get(self.core.list_node)
+        except SparkConfError as e:
+            return None, str(e)
+        except ApiException as e:  # pragma: no cover - get turns these into SparkConfError
+            return None, str(e.reason)
+        return list((listed or {}).get("items") or []), ""
+
+    def service_account_missing(self, name: str, namespace: str) -> bool:
+        """True only when the API server says so (no right to look: not reported)."""
+        try:
+            return self.get(self.core.read_namespaced_service_account, name, namespace) is None
+        except SparkConfError:
+            return False
+
+
+def connect(kubeconfig: str | None, context: str | None) -> _Api:
+    """The API server of ``kubeconfig`` (or ``$KUBECONFIG``, or the pod's service account)."""
+    return _Api(kubeconfig, context)
+
 
 def fetch(
-    node: str, namespace: str, kubeconfig: str | None, context: str | None
+    node: str, namespace: str, kubeconfig: str | None, context: str | None, api: _Api | None = None
 ) -> VolumePlacement:
     """Read the objects from the API server (kubeconfig, or the pod's service account)."""
-    k = _Api(kubeconfig, context)
+    k = api or _Api(kubeconfig, context)
     get, core = k.get, k.core
     pn = k.plateau_node(node, namespace)
     sts_name = f"plateau-{node}" if pn is not None else node
@@ -307,10 +366,10 @@ def fetch(
 
 
 def fetch_access(
-    node: str, namespace: str, kubeconfig: str | None, context: str | None
+    node: str, namespace: str, kubeconfig: str | None, context: str | None, api: _Api | None = None
 ) -> NodeAccess:
     """The ``PlateauNode`` alone (``get plateaunodes``): its Secret is named, never read."""
-    k = _Api(kubeconfig, context)
+    k = api or _Api(kubeconfig, context)
     pn = k.plateau_node(node, namespace)
     sts = None
     if pn is None:
