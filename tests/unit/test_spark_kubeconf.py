@@ -195,4 +195,4 @@ def test_overrides_win_and_bad_ones_are_refused() -> None:
     for bad in ({"driver_memory": "1.5g"}, {"executor_memory": "lots"},
                 {"executor_cores": "0"}, {"driver_cores": "-1"}, {"instances": 0}):  # fmt: skip
         with pytest.raises(kubesizing.SizingError):
-            kubesizing.overrides(**bad)  # type: ignore[arg-type]
+            kubesizing.overrides(**bad)
