@@ -78,6 +78,13 @@ def objects(kube: KubeApi) -> KubeApi:
                      "-p", json.dumps(status))  # fmt: skip
     kube.apply({"apiVersion": "v1", "kind": "ServiceAccount",
                 "metadata": {"name": "plateau-spark", "namespace": NS}})  # fmt: skip
+    # worker-7 runs a pod that requests 1.5 of its 2 CPUs (bound there: no scheduler here)
+    kube.apply({
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "busy", "namespace": NS},
+        "spec": {"nodeName": "worker-7", "containers": [{
+            "name": "c", "image": "busy", "resources": {"requests": {"cpu": "1500m",
+                                                                     "memory": "1Gi"}}}]},
+    })  # fmt: skip
     return kube
 
 
@@ -310,6 +317,13 @@ def test_url_mode_errors(
 
 # --- what every job gets: spark.master, the driver's account, sizing from the Nodes -------
 
+TINY = {
+    "spark.executor.instances": "1",
+    "spark.driver.memory": "512m",
+    "spark.executor.memory": "512m",
+    "spark.kubernetes.driver.request.cores": "0.1",
+    "spark.kubernetes.executor.request.cores": "0.1",
+}
 SMALL = {
     "spark.executor.instances": "1",
     "spark.driver.memory": "512m",
@@ -329,15 +343,16 @@ DEFAULTS = {
 def test_job_settings_name_the_api_server_the_account_and_fit_the_nodes(
     objects: KubeApi, tmp_path: Path
 ) -> None:
-    # path mode pins every pod to the volume's host, worker-7 (2 CPU): sized for it alone
+    # path mode pins every pod to the volume's host, worker-7 (2 CPU, 1.5 requested by the
+    # pod there): sized for what is left of it alone
     out = cli(objects, "--node", "a", "--namespace", NS, cwd=tmp_path)
     conf = conf_of(out)
     assert conf["spark.master"] == f"k8s://{objects.server}"  # the kubeconfig's server
     assert conf["spark.submit.deployMode"] == "cluster"
     assert conf["spark.kubernetes.authenticate.driver.serviceAccountName"] == "plateau-spark"
     assert conf["spark.kubernetes.submission.waitAppCompletion"] == "true"
-    assert SMALL.items() <= conf.items()
-    assert "node worker-7 (2 CPU, 7.6 GiB)" in out.stderr
+    assert TINY.items() <= conf.items()
+    assert "node worker-7 (2 CPU, 7.6 GiB allocatable; 1.5 CPU, 1.0 GiB requested" in out.stderr
     assert "warning" not in out.stderr  # plateau-spark exists in the namespace
     # url mode runs anywhere: the cluster's two big nodes get Spark's own defaults
     url = conf_of(cli(objects, "--node", "a", "--namespace", NS, "--mode", "url", cwd=tmp_path))

@@ -145,7 +145,7 @@ def test_a_two_core_cluster_gets_small_requests_and_one_executor() -> None:
         "spark.kubernetes.driver.request.cores": "0.25",
         "spark.kubernetes.executor.request.cores": "0.25",
     }
-    assert not s.warn and "node kind (2 CPU, 7.6 GiB)" in s.note
+    assert not s.warn and "node kind (2 CPU, 7.6 GiB allocatable)" in s.note
     # the pods fit in half the node: 2 x 0.25 CPU, 2 x (512 + 384) MiB
     assert 2 * 250 <= 2000 / 2 and 2 * kubesizing.pod_memory_mib("512m") <= 7.6 * 1024 / 2
 
@@ -196,3 +196,27 @@ def test_overrides_win_and_bad_ones_are_refused() -> None:
                 {"executor_cores": "0"}, {"driver_cores": "-1"}, {"instances": 0}):  # fmt: skip
         with pytest.raises(kubesizing.SizingError):
             kubesizing.overrides(**bad)
+
+
+def test_what_the_pods_request_is_taken_and_only_the_rest_counts() -> None:
+    def pod(node: str, phase: str, cpu: str, memory: str, init_cpu: str = "0") -> dict[str, Any]:
+        c = {"resources": {"requests": {"cpu": cpu, "memory": memory}}}
+        i = {"resources": {"requests": {"cpu": init_cpu}}}
+        return {"spec": {"nodeName": node, "containers": [c, c], "initContainers": [i]},
+                "status": {"phase": phase}}  # fmt: skip
+
+    used = kubesizing.pod_requests([
+        pod("kind", "Running", "500m", "1Gi"),  # two containers: 1 CPU, 2 GiB
+        pod("kind", "Succeeded", "4", "8Gi"),  # finished: holds nothing
+        pod("kind", "Pending", "100m", "0", init_cpu="2"),  # its init container: 2 CPU
+        {"spec": {"containers": [{}]}, "status": {"phase": "Pending"}},  # not bound
+    ])  # fmt: skip
+    assert used == {"kind": (3000, 2 * GiB)}
+    free = NodeCapacity("kind", 4000, 8 * GiB, requested=(3000, 2 * GiB))
+    assert free.budget() == (800.0, 6 * 1024 * 0.8)
+    assert kubesizing.choose([free]).profile == "small"
+    busy = NodeCapacity("kind", 2000, 8 * GiB, requested=(1700, 2 * GiB))
+    s = kubesizing.choose([busy])
+    assert s.profile == "tiny" and "1.7 CPU, 2.0 GiB requested by its pods" in s.note
+    full = NodeCapacity("kind", 2000, 8 * GiB, requested=(2000, 2 * GiB))
+    assert kubesizing.choose([full]).warn

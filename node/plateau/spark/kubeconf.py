@@ -285,12 +285,12 @@ class _Api:
         self.apps = client.AppsV1Api(self.api)
         self.custom = client.CustomObjectsApi(self.api)
 
-    def get(self, call: Any, *args: Any) -> dict[str, Any] | None:
+    def get(self, call: Any, *args: Any, **kwargs: Any) -> dict[str, Any] | None:
         import urllib3
         from kubernetes.client.exceptions import ApiException
 
         try:
-            obj = call(*args, _request_timeout=15)
+            obj = call(*args, _request_timeout=15, **kwargs)
         except ApiException as e:
             if e.status == 404:
                 return None
@@ -324,6 +324,18 @@ class _Api:
         except ApiException as e:  # pragma: no cover - get turns these into SparkConfError
             return None, str(e.reason)
         return list((listed or {}).get("items") or []), ""
+
+    def pods(self, host: str | None) -> list[dict[str, Any]] | None:
+        """The unfinished pods of every namespace (on ``host`` alone when given), or ``None``
+        without the right to list them."""
+        fields = "status.phase!=Succeeded,status.phase!=Failed"
+        if host:
+            fields += f",spec.nodeName={host}"
+        try:
+            listed = self.get(self.core.list_pod_for_all_namespaces, field_selector=fields)
+        except SparkConfError:
+            return None
+        return list((listed or {}).get("items") or [])
 
     def service_account_missing(self, name: str, namespace: str) -> bool:
         """True only when the API server says so (no right to look: not reported)."""

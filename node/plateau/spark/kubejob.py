@@ -8,7 +8,7 @@ of ``kubeconf``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from plateau.spark import kubesizing
@@ -95,7 +95,12 @@ def job(
                             f"give --no-sizing or the sizes")  # fmt: skip
             choice = kubesizing.FALLBACK
         else:
-            choice = kubesizing.choose([kubesizing.capacity_from_node(n) for n in objects], host)
+            nodes = [kubesizing.capacity_from_node(n) for n in objects]
+            pods = api.pods(host)
+            if pods is not None:  # what the pods there request is taken: only the rest counts
+                used = kubesizing.pod_requests(pods)
+                nodes = [replace(n, requested=used.get(n.name, (0, 0))) for n in nodes]
+            choice = kubesizing.choose(nodes, host)
             (warnings if choice.warn else notes).append(choice.note)
         sized = kubesizing.settings(choice)
     sized.update(given)

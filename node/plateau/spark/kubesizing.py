@@ -5,9 +5,11 @@ for a driver and two executors. On a small cluster those requests cannot be
 met: the executors stay Pending for good and the driver only logs "Initial job
 has not accepted any resources". So ``plateau spark-conf`` reads the nodes'
 allocatable CPU and memory and picks the first of a few profiles (``PROFILES``)
-whose driver and executors fit in a share of it (``CPU_SHARE``,
-``MEMORY_SHARE``: the rest is for the plateau node itself, the system's pods
-and other work; allocatable is what the scheduler counts, not what is free).
+whose driver and executors fit. When the pods on the nodes can be listed,
+what fits is what their requests leave free (``FREE_SHARE`` of it, a margin
+for pods that start meanwhile), as the scheduler counts it; otherwise a share
+of the allocatable (``CPU_SHARE``, ``MEMORY_SHARE``: the rest for the plateau
+node itself, the system's pods and other work).
 
 Every pod must fit on one node; in path mode every pod runs on the node that
 holds the volume, so only that node counts. ``spark.executor.cores`` stays 1
@@ -26,6 +28,7 @@ from typing import Any
 
 CPU_SHARE = 0.5  # of a node's allocatable CPU that Spark's pods may request
 MEMORY_SHARE = 0.5  # of its allocatable memory
+FREE_SHARE = 0.8  # of what the pods' requests leave free on a node, when they are known
 MIN_OVERHEAD_MIB = 384  # Spark's minimum memory overhead per pod (spark.*.minMemoryOverhead)
 OVERHEAD_FACTOR = 0.1  # spark.{driver,executor}.memoryOverheadFactor's default
 
@@ -42,6 +45,14 @@ class NodeCapacity:
     cpu_millis: int
     memory_bytes: int
     schedulable: bool = True
+    requested: tuple[int, int] | None = None  # its pods' requests (millicores, bytes), if known
+
+    def budget(self) -> tuple[float, float]:
+        """What Spark's pods may request here (millicores, MiB)."""
+        if self.requested is None:
+            return self.cpu_millis * CPU_SHARE, self.memory_bytes * MEMORY_SHARE / 2**20
+        cpu = max(0, self.cpu_millis - self.requested[0]) * FREE_SHARE
+        return cpu, max(0, self.memory_bytes - self.requested[1]) * FREE_SHARE / 2**20
 
 
 @dataclass(frozen=True)
@@ -142,12 +153,47 @@ def _fits(p: Sizing, per_pod: tuple[float, float], total: tuple[float, float]) -
 
 
 def _describe(nodes: list[NodeCapacity]) -> str:
-    if len(nodes) == 1:
-        n = nodes[0]
-        return f"node {n.name} ({n.cpu_millis / 1000:g} CPU, {n.memory_bytes / 2**30:.1f} GiB)"
     cpu = sum(n.cpu_millis for n in nodes) / 1000
     gib = sum(n.memory_bytes for n in nodes) / 2**30
-    return f"{len(nodes)} nodes ({cpu:g} CPU, {gib:.1f} GiB in all)"
+    what = f"node {nodes[0].name}" if len(nodes) == 1 else f"{len(nodes)} nodes"
+    text = f"{what} ({cpu:g} CPU, {gib:.1f} GiB allocatable"
+    known = [n.requested for n in nodes if n.requested is not None]
+    if len(known) == len(nodes):
+        used_cpu = sum(r[0] for r in known) / 1000
+        used_gib = sum(r[1] for r in known) / 2**30
+        text += f"; {used_cpu:g} CPU, {used_gib:.1f} GiB requested by its pods"
+    return text + ")"
+
+
+def pod_requests(pods: list[dict[str, Any]]) -> dict[str, tuple[int, int]]:
+    """The CPU (millicores) and memory (bytes) the scheduler counts per node for ``pods``
+    (bound, not finished): each pod's containers' requests, or its largest init container's."""
+    out: dict[str, tuple[int, int]] = {}
+    for pod in pods:
+        spec = pod.get("spec") or {}
+        node = spec.get("nodeName")
+        if not node or (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            continue
+
+        def requests(containers: list[dict[str, Any]]) -> list[tuple[int, int]]:
+            found = []
+            for c in containers:
+                r = (c.get("resources") or {}).get("requests") or {}
+                try:
+                    found.append(
+                        (cpu_millis(r.get("cpu", "0")), memory_bytes(r.get("memory", "0")))
+                    )
+                except SizingError:
+                    found.append((0, 0))
+            return found
+
+        main = requests(spec.get("containers") or [])
+        init = requests(spec.get("initContainers") or [])
+        cpu = max([sum(c for c, _ in main), *(c for c, _ in init)])
+        mem = max([sum(m for _, m in main), *(m for _, m in init)])
+        used = out.get(node, (0, 0))
+        out[node] = (used[0] + cpu, used[1] + mem)
+    return out
 
 
 def choose(nodes: list[NodeCapacity], host: str | None = None) -> Sizing:
@@ -161,14 +207,9 @@ def choose(nodes: list[NodeCapacity], host: str | None = None) -> Sizing:
         pool = [n for n in nodes if n.schedulable] or nodes
     if not pool:
         return replace(FALLBACK, note="no Kubernetes node found: sized small", warn=True)
-    per_pod = (
-        max(n.cpu_millis for n in pool) * CPU_SHARE,
-        max(n.memory_bytes for n in pool) * MEMORY_SHARE / 2**20,
-    )
-    total = (
-        sum(n.cpu_millis for n in pool) * CPU_SHARE,
-        sum(n.memory_bytes for n in pool) * MEMORY_SHARE / 2**20,
-    )
+    budgets = [n.budget() for n in pool]
+    per_pod = (max(cpu for cpu, _ in budgets), max(mib for _, mib in budgets))
+    total = (sum(cpu for cpu, _ in budgets), sum(mib for _, mib in budgets))
     where = _describe(pool)
     for profile in PROFILES:
         if _fits(profile, per_pod, total):
