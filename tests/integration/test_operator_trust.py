@@ -320,6 +320,13 @@ def test_a_deletion_whose_node_cannot_be_reached_lets_go_and_keeps_the_data(
     assert warned and "kept on the node" in warned[0]["message"]
     node.start()
     assert (on_node(node, "events") or {}).get("usage", {}).get("records") == 2
+    # kopf retried the deletion while it waited (routine): logged at info, never at error
+    records = [json.loads(line) for line in operator.log.read_text().splitlines()]
+    retries = [r for r in records if "failed temporarily" in r.get("message", "")]
+    assert retries and all(r["severity"] == "info" for r in retries), retries[:3]
+    errors = [r for r in records if r.get("severity") in ("error", "fatal")]
+    assert not errors, errors[:3]
+    assert not [e for e in events(kube, ns, "events") if e["type"] == "Error"]
 
 
 def test_a_new_token_value_rolls_the_node(kube: KubeApi, node: NodeProcess, operator: Operator,
