@@ -3,8 +3,9 @@
 ``read`` gathers the node's children, claim, pod, tokens and the node's own
 admin API answer; ``decide`` is a pure function from that to the children to
 apply and the status to write (unit-tested without a cluster); ``act`` applies
-them, and only them, as children of this PlateauNode (never over an object
-it does not own). Level-based: every call applies the whole desired set, and
+them, and only them, as children of this PlateauNode (the token Secret as its
+kept claim's: claims.py), never over an object it does not own, and says in
+Events what it created or changed. Level-based: every call applies the whole desired set, and
 server-side apply changes nothing when nothing changed.
 """
 
@@ -20,8 +21,15 @@ from kubernetes.client.exceptions import ApiException
 from plateau.client.errors import AuthError, PlateauClientError
 from plateau.client.units import format_bytes, parse_quantity
 from plateau_operator import resources
+from plateau_operator.claims import (
+    claim_is_ours,
+    controller_uid,
+    secret_is_ours,
+    token_keeper,
+    uid_of,
+)
 from plateau_operator.crd import FOLLOW_IMAGE_ANNOTATION, annotation
-from plateau_operator.kube import Kube, NotOwned, controller_of, new_token
+from plateau_operator.kube import Kube, NotOwned, new_token
 from plateau_operator.nodeaccess import NoAccess, Target, client_for, override, pod_url
 from plateau_operator.rollout import RolloutGate
 from plateau_operator.serial import Key
@@ -116,11 +124,11 @@ def read(kube: Kube, body: dict[str, Any], cfg: OperatorSettings) -> Observed:
     pod = kube.get("v1", "Pod", n["pod"], namespace)
     own = kube.get("v1", "Secret", n["secret"], namespace)
     conflict = None
-    if own is not None and not _secret_is_ours(own, uid, pvc, spec.name):
+    if own is not None and not secret_is_ours(own, uid, pvc, spec.name):
         conflict, own_data = f"Secret {n['secret']!r} exists and is not this node's", {}
     else:
         own_data = Kube.decode_secret(own) if own else {}
-    if sts is None and pvc is not None and not _claim_is_ours(pvc, spec.name):
+    if sts is None and pvc is not None and not claim_is_ours(pvc, spec.name):
         conflict = f"PersistentVolumeClaim {n['pvc']!r} exists and was not made for this node"
     tokens = {
         resources.READ_TOKEN_KEY: own_data.get(resources.READ_TOKEN_KEY) or new_token(),
@@ -140,47 +148,6 @@ def read(kube: Kube, body: dict[str, Any], cfg: OperatorSettings) -> Observed:
             return replace(obs, info=client.node_info() or {})
     except (PlateauClientError, NoAccess) as exc:
         return replace(obs, info_error=exc)
-
-
-def _claim_is_ours(pvc: dict[str, Any], node: str) -> bool:
-    """A claim left by this node's earlier StatefulSet (retained) carries the node's labels."""
-    labels = (pvc.get("metadata") or {}).get("labels") or {}
-    return all(str(labels.get(k)) == v for k, v in resources.selector(node).items())
-
-
-def _uid(obj: dict[str, Any] | None) -> str | None:
-    return ((obj or {}).get("metadata") or {}).get("uid")
-
-
-def controller_uid(obj: dict[str, Any] | None) -> str | None:
-    return (controller_of(obj) or {}).get("uid") if obj else None
-
-
-def _secret_is_ours(secret: dict[str, Any], node_uid: str, pvc: dict[str, Any] | None,
-                    node: str) -> bool:  # fmt: skip
-    """The node's token Secret: controlled by this PlateauNode, or, kept with a retained
-    claim, by the node's claim, carrying the operator's labels for this node."""
-    ref = controller_of(secret) or {}
-    if ref.get("uid") == node_uid:
-        return True
-    labels = (secret.get("metadata") or {}).get("labels") or {}
-    return (
-        pvc is not None
-        and ref.get("kind") == "PersistentVolumeClaim"
-        and ref.get("uid") == _uid(pvc)
-        and _claim_is_ours(pvc, node)
-        and resources.labels(node).items() <= labels.items()
-    )
-
-
-def token_keeper(obs: Observed) -> dict[str, Any] | None:
-    """The claim, when the node keeps its claim (``retainVolume``): the token Secret is
-    then the claim's, kept and collected with the data, so a PlateauNode re-created on
-    its retained claim keeps its tokens. None: the Secret is the PlateauNode's."""
-    pvc = obs.pvc
-    if not obs.spec.retain_volume or pvc is None or not _claim_is_ours(pvc, obs.spec.name):
-        return None
-    return None if (pvc.get("metadata") or {}).get("deletionTimestamp") else pvc
 
 
 # --------------------------------------------------------------------------- decide
@@ -271,8 +238,8 @@ def decide(obs: Observed, cfg: OperatorSettings, slot: bool) -> Plan:
         retry = NOT_READY_RETRY
     outcome = Outcome(status, retry_after=retry, warning=warning)
     grow = grow if phase == "Bound" else None
-    keeper = token_keeper(obs)
-    if obs.sts is None and keeper is not None and _uid(keeper) == controller_uid(obs.secret):
+    keeper = token_keeper(obs.spec, obs.pvc)
+    if obs.sts is None and keeper is not None and uid_of(keeper) == controller_uid(obs.secret):
         outcome.notes.append(("TokensKept", (
             f"kept the tokens of Secret {n['secret']}, retained with volume claim "
             f"{n['pvc']}: producers and consumers using them keep working"
@@ -343,7 +310,7 @@ def act(kube: Kube, body: dict[str, Any], plan: Plan) -> Outcome:
     for obj in plan.children:
         owner, also = body, ()
         if obj["kind"] == "Secret":
-            keeper_uid = _uid(plan.token_keeper) or _uid(plan.claim)
+            keeper_uid = uid_of(plan.token_keeper) or uid_of(plan.claim)
             owner, also = plan.token_keeper or body, (uid, *([keeper_uid] if keeper_uid else []))
         change = kube.apply_owned(obj, owner, also)
         if change is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from plateau.client.errors import AuthError, ConnectionFailed
-from plateau_operator import nodes, resources
+from plateau_operator import claims, nodes, resources
 from plateau_operator.nodes import Observed
 from plateau_operator.settings import OperatorSettings, RolloutMode
 from plateau_operator.spec import NodeSpec
@@ -201,14 +201,14 @@ def test_the_token_secret_lives_with_a_kept_claim_and_only_with_one_made_for_the
     assert nodes.decide(observed(pvc=foreign), CFG, False).token_keeper is None
 
     node = body()
-    assert nodes._secret_is_ours(token_secret(node), "u-1", None, "ingest")
-    assert nodes._secret_is_ours(token_secret(claim()), "u-1", claim(), "ingest")
+    assert claims.secret_is_ours(token_secret(node), "u-1", None, "ingest")
+    assert claims.secret_is_ours(token_secret(claim()), "u-1", claim(), "ingest")
     # not the operator's labels, another claim, a claim not made for the node: not ours
-    assert not nodes._secret_is_ours(token_secret(claim(), labels={}), "u-1", claim(), "ingest")
-    assert not nodes._secret_is_ours(token_secret(claim("c-2")), "u-1", claim(), "ingest")
-    assert not nodes._secret_is_ours(token_secret(foreign), "u-1", foreign, "ingest")
+    assert not claims.secret_is_ours(token_secret(claim(), labels={}), "u-1", claim(), "ingest")
+    assert not claims.secret_is_ours(token_secret(claim("c-2")), "u-1", claim(), "ingest")
+    assert not claims.secret_is_ours(token_secret(foreign), "u-1", foreign, "ingest")
     other = {**node, "metadata": {**node["metadata"], "uid": "u-0"}}
-    assert not nodes._secret_is_ours(token_secret(other), "u-1", None, "ingest")
+    assert not claims.secret_is_ours(token_secret(other), "u-1", None, "ingest")
 
 
 def test_a_node_recreated_on_its_kept_claim_says_it_kept_its_tokens() -> None:
