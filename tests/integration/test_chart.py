@@ -499,7 +499,10 @@ def test_spark_driver_rights_on_the_api_server(kube: KubeApi) -> None:
     read no Secret, nor anything in another namespace, nor the cluster's nodes."""
     for ns in ("plateau-system", "spark-a", "spark-b", "other"):
         kube.kubectl("create", "namespace", ns, check=False)
-    docs = _rendered("--set", "spark.jobNamespaces={spark-a,spark-b}")
+    # the Spark objects alone: this module's API server may hold the rest of another install
+    docs = list(
+        _spark_objects(_rendered("--set", "spark.jobNamespaces={spark-a,spark-b}")).values()
+    )
     r = kube.kubectl("apply", "-f", "-", stdin=yaml.safe_dump_all(docs), check=False)
     assert r.returncode == 0, r.stderr
     sa = "system:serviceaccount:spark-a:plateau-spark"
