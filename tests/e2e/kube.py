@@ -296,7 +296,9 @@ def spark_submit(
         *job,
     ]  # fmt: skip
     ns.run("delete", "pod", driver, "--ignore-not-found", "--wait=true", check=False)
-    env = {**os.environ, "KUBECONFIG": ns.kubeconfig}
+    # spark-submit finds its Spark through the python on PATH: the venv's
+    path = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
+    env = {**os.environ, "KUBECONFIG": ns.kubeconfig, "PATH": path}
     out = subprocess.run(submit, capture_output=True, text=True, env=env, timeout=900, check=False)
     assert ns.exists("pod", driver), f"spark-submit made no driver pod: {out.stderr[-3000:]}"
     logs = ns.logs(driver)
