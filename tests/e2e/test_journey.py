@@ -174,21 +174,17 @@ def test_4_spark_on_kubernetes_path_and_url(team: Kube, kubeconfig: str, tmp_pat
     expected = expected_totals("clicks")
     # the clicks topic seals every 10 s: a volume read sees every row once sealed
     team.wait_for("clicks sealed", lambda: sealed(team, "clicks") == expected[0], 60)
-    template = tmp_path / "template.yaml"
-    conf = plateau(kubeconfig, "spark-conf", "--node", NODE, "--namespace", NS,
-                   "--pod-template-out", str(template))  # fmt: skip
-    restricted_template(template)
-    job = ["--topic", "clicks", "--column", "latency_ms", "--print-sum"]
-    report, _ = spark_submit(
-        team, image, "journey-path", conf.split(), ["--path", "/plateau/data", *job]
-    )
-    driver = team.get("pod", "journey-path")
+    # path mode: the README's block (spark-conf, the restricted template, spark-submit)
+    out = readme("spark", kubeconfig)
+    (report,) = json_lines(out, '"topic"')
+    driver = team.get("pod", "spark-job-driver")
     mounts = driver["spec"]["containers"][0]["volumeMounts"]
     assert any(m["mountPath"] == "/plateau/data" and m.get("readOnly") for m in mounts)
     assert driver["spec"]["serviceAccountName"] == "plateau-spark"
     assert driver["spec"]["nodeName"] == team.get("pod", POD)["spec"]["nodeName"]
     assert (report["rows"], report["sum_latency_ms"]) == expected, report
     path_seconds = time.monotonic() - t0
+    job = ["--topic", "clicks", "--column", "latency_ms", "--print-sum"]
     url_conf = plateau(kubeconfig, "spark-conf", "--node", NODE, "--namespace", NS, "--mode", "url")
     url_conf += " " + " ".join(
         f"--conf spark.kubernetes.{role}.podTemplateFile={restricted_template(tmp_path / 'r.yaml')}"
@@ -201,7 +197,7 @@ def test_4_spark_on_kubernetes_path_and_url(team: Kube, kubeconfig: str, tmp_pat
     assert "reading through format('plateau')" not in logs  # the JVM reader, on the classpath
     emit("4 spark job", t0, acknowledged=expected[0], read_by_spark_path=report["rows"],
          read_by_spark_url=report_url["rows"], path_seconds=round(path_seconds, 1))  # fmt: skip
-    for driver_pod in ("journey-path", "journey-url"):
+    for driver_pod in ("spark-job-driver", "journey-url"):
         team.run("delete", "pod", driver_pod, "--wait=false", check=False)
     passed()
 
