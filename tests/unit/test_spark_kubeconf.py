@@ -83,6 +83,7 @@ def test_sparkapplication_is_plain_yaml_with_the_same_settings_for_both_roles() 
     job = kubejob.Job("ml", "k8s://https://k:6443", None, sizing=tuple(sized.items()))
     text = kubeconf.render(RWO, "sparkapplication", "/plateau/data", None, job)
     assert "&id" not in text and "*id" not in text  # yaml anchors and aliases
+    assert "spark-submit" not in text  # the spark-operator submits it
     spec = yaml.safe_load(text)["spec"]
     for role in ("driver", "executor"):
         assert spec[role]["volumeMounts"] == [

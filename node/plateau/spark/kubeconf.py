@@ -198,7 +198,13 @@ def render(
         ],
         **roles,
     })  # fmt: skip
-    return _text(fmt, pairs, comments(p, mount) + job_comments(job), spec, p.namespace)
+    return _text(
+        fmt,
+        pairs,
+        comments(p, mount) + job_comments(job, fmt != "sparkapplication"),
+        spec,
+        p.namespace,
+    )
 
 
 @dataclass(frozen=True)
@@ -258,7 +264,13 @@ def render_url(a: NodeAccess, fmt: str, job: Job | None = None) -> str:
         "driver": {"env": [{"name": URL_ENV, "value": a.url}, dict(token)]},
         "executor": {"env": [dict(token)]},
     })  # fmt: skip
-    return _text(fmt, pairs, url_comments(a) + job_comments(job), spec, a.namespace)
+    return _text(
+        fmt,
+        pairs,
+        url_comments(a) + job_comments(job, fmt != "sparkapplication"),
+        spec,
+        a.namespace,
+    )
 
 
 class _Api:

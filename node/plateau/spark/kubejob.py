@@ -53,14 +53,17 @@ def job_settings(j: Job) -> dict[str, str]:
     return out
 
 
-def job_comments(j: Job) -> list[str]:
-    return [
+def job_comments(j: Job, submit: bool = True) -> list[str]:
+    """What the settings mean; ``submit``: for spark-submit (not the spark-operator)."""
+    out = [
         f"driver's ServiceAccount {j.namespace}/{j.service_account} (the chart's "
         f"spark.jobNamespaces creates plateau-spark)",
         *j.notes,
         *(f"warning: {w}" for w in j.warnings),
-        "spark-submit exits 0 even when the driver fails: check the driver pod's phase",
     ]
+    if submit:
+        out.append("spark-submit exits 0 even when the driver fails: check the driver pod's phase")
+    return out
 
 
 def job_spec(j: Job) -> dict[str, Any]:
