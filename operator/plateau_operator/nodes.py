@@ -66,6 +66,7 @@ class Plan:
     outcome: Outcome
     claim: dict[str, Any] | None = None  # the claim as read (for messages)
     token_keeper: dict[str, Any] | None = None  # the claim that owns the token Secret
+    secret_controller: str | None = None  # the UID that controls the token Secret now
 
 
 def _ready_replicas(sts: dict[str, Any] | None) -> int:
@@ -247,7 +248,7 @@ def decide(obs: Observed, cfg: OperatorSettings, slot: bool) -> Plan:
     remove = [] if cfg.network_policy else [
         ("networking.k8s.io/v1", "NetworkPolicy", n["networkpolicy"])
     ]  # fmt: skip
-    return Plan(children, remove, grow, outcome, obs.pvc, keeper)
+    return Plan(children, remove, grow, outcome, obs.pvc, keeper, controller_uid(obs.secret))
 
 
 def _readiness(obs: Observed) -> tuple[bool, NodeReason, str]:
@@ -314,7 +315,11 @@ def act(kube: Kube, body: dict[str, Any], plan: Plan) -> Outcome:
             owner, also = plan.token_keeper or body, (uid, *([keeper_uid] if keeper_uid else []))
         change = kube.apply_owned(obj, owner, also)
         if change is not None:
-            done[change].append(f"{obj['kind']} {obj['metadata']['name']}")
+            what = f"{obj['kind']} {obj['metadata']['name']}"
+            keeper = plan.token_keeper
+            if obj["kind"] == "Secret" and keeper and plan.secret_controller != uid_of(keeper):
+                what += f" (now kept with volume claim {keeper['metadata']['name']}, as the data)"
+            done[change].append(what)
     for api_version, kind, name in plan.remove:
         found = kube.get(api_version, kind, name, namespace)
         if found is not None and controller_uid(found) == uid:  # only what it made

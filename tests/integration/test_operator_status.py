@@ -262,6 +262,9 @@ def kept_tokens(kube: KubeApi, ns: str) -> None:
     assert ref["uid"] == claim["metadata"]["uid"] and ref["controller"] is True
     before = token_of(kube, ns)
     assert set(before) == {"token", "readToken"}
+    moved = wait_until(lambda: [e["message"] for e in events(kube, ns, "keep")
+                                if e["reason"] == "Configured"], "the move's Event")  # fmt: skip
+    assert "Secret plateau-keep-token (now kept with volume claim data-plateau-keep-0" in moved[0]
 
     kube.kubectl("delete", "pn", "keep", "-n", ns, "--wait=true", "--timeout=60s")
     wait_until(lambda: not get(kube, "statefulset", "plateau-keep", ns), "the StatefulSet gone")
