@@ -180,8 +180,20 @@ def test_gitops_labels_stay_off_children_reads_need_a_token_and_the_policy_holds
             labels = ns.get(kind, name)["metadata"].get("labels") or {}
             assert not (gitops.keys() & labels.keys()), (kind, labels)
         for kind, name in children[:-1]:
+            if kind == "secret":
+                continue
             (ref,) = ns.get(kind, name)["metadata"]["ownerReferences"]
             assert ref["uid"] == uid, (kind, ref)
+        # the tokens live as long as the data: the Secret belongs to the kept claim
+        claim_uid = ns.get("pvc", "data-plateau-ingest-0")["metadata"]["uid"]
+
+        def secret_owner() -> list[dict[str, Any]]:
+            meta = ns.get("secret", "plateau-ingest-token")["metadata"]
+            return list(meta.get("ownerReferences") or [])
+
+        ns.wait_for("the token Secret kept with the claim",
+                    lambda: [(r["kind"], r["uid"]) for r in secret_owner()]
+                    == [("PersistentVolumeClaim", claim_uid)], 60)  # fmt: skip
         assert not ns.get("plateaunode", "ingest")["metadata"].get("finalizers")
 
         # --- reads need the read token; the write token reads too
