@@ -19,7 +19,6 @@ from __future__ import annotations
 import random
 import statistics
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -147,7 +146,3 @@ def run(
         ),
         "complete": all(p.complete for p in full + focused),
     }
-
-
-def data_dir_arg(value: str | None) -> Path | None:
-    return Path(value) if value else None

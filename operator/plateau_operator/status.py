@@ -22,7 +22,6 @@ class TopicReason(StrEnum):
     SYNCED = "Synced"
     OVER_BUDGET = "OverBudget"  # the node refused the budget: lower it or grow the node
     NODE_NOT_FOUND = "NodeNotFound"
-    NODE_NOT_READY = "NodeNotReady"  # the node has no ready pod yet
     NODE_UNREACHABLE = "NodeUnreachable"  # connection failures and 5xx: retried with backoff
     INVALID = "Invalid"  # 400/422, partitions decreasing, a spec the operator cannot read
     UNAUTHORIZED = "Unauthorized"  # 401/403: the operator's token is not the node's

@@ -39,7 +39,6 @@ import yaml
 from plateau.spark.kubejob import Job, job_comments, job_settings, job_spec
 
 VOLUME = "plateau-data"
-DEFAULT_MOUNT = "/plateau/data"
 FORMATS = ("conf", "properties", "sparkapplication")
 MODES = ("path", "url")
 SHARED_MODES = {"ReadWriteMany", "ReadOnlyMany"}

@@ -85,11 +85,6 @@ class SourceOptions:
     def time_bounded(self) -> bool:
         return self.starting_ms is not None or self.ending_ms is not None
 
-    def keeps_time(self, time_ms: int) -> bool:
-        if self.starting_ms is not None and time_ms < self.starting_ms:
-            return False
-        return not (self.ending_ms is not None and time_ms >= self.ending_ms)
-
 
 KNOWN = {
     "path": "a node's data directory (read-only is enough)",
