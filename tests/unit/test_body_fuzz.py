@@ -19,7 +19,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from plateau.server.codecs import ARROW_FILE, ARROW_STREAM, JSON, decode_append
+from plateau.protocol import ARROW_FILE, ARROW_STREAM, JSON
+from plateau.server.codecs import decode_append
 from plateau.settings import StorageSettings
 from plateau.storage.engine import Engine
 from plateau.storage.errors import PlateauError

@@ -12,11 +12,8 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
 
+from plateau.protocol import ARROW_FILE, ARROW_STREAM, JSON, JSON_ENVELOPE, JSON_RECORDS
 from plateau.server.codecs import (
-    ARROW_FILE,
-    ARROW_STREAM,
-    JSON,
-    JSON_ENVELOPE,
     append_media_type,
     check_table,
     decode_append,
@@ -46,7 +43,7 @@ TABLE = pa.table(
 @pytest.mark.parametrize(
     ("header", "expected"),
     [
-        ("application/json", JSON),
+        (JSON, JSON),
         ("Application/JSON; charset=utf-8", JSON),
         (ARROW_FILE, ARROW_FILE),
         (f"{ARROW_STREAM} ", ARROW_STREAM),
@@ -64,7 +61,7 @@ def test_append_media_type_refuses_with_415(header: str | None) -> None:
 
 
 def test_media_type_strips_parameters() -> None:
-    assert media_type("application/json; charset=utf-8") == "application/json"
+    assert media_type(f"{JSON}; charset=utf-8") == JSON
     assert media_type(None) == ""
 
 
@@ -73,16 +70,16 @@ def test_media_type_strips_parameters() -> None:
     [
         (None, JSON),
         ("*/*", JSON),
-        ("application/json", JSON),
+        (JSON, JSON),
         (ARROW_FILE, ARROW_FILE),
-        (f"{ARROW_FILE}, application/json;q=0.5", ARROW_FILE),
+        (f"{ARROW_FILE}, {JSON};q=0.5", ARROW_FILE),
         (ARROW_STREAM, ARROW_STREAM),
         ("", JSON),
-        ("application/json; format=pandas-records", JSON),  # plateau's own
-        ("application/json; format=envelope", JSON_ENVELOPE),
+        (JSON_RECORDS, JSON),  # plateau's own
+        (JSON_ENVELOPE, JSON_ENVELOPE),
         ("text/html,application/xhtml+xml,*/*;q=0.8", JSON),  # a browser
         ("application/*", JSON),
-        (f"application/json;q=0, {ARROW_FILE}", ARROW_FILE),  # q=0: not acceptable
+        (f"{JSON};q=0, {ARROW_FILE}", ARROW_FILE),  # q=0: not acceptable
     ],
 )
 def test_reply_media_type(accept: str | None, expected: str) -> None:

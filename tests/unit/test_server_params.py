@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from plateau.protocol import MAX_REQUEST_SIZE_HEADER, RETRY_AFTER_HEADER
 from plateau.server.errors import describe_validation_errors, error_headers, error_response
 from plateau.server.params import parse_cursor, parse_time, partition_filter, time_range
 from plateau.server.run import parse_bind
@@ -138,9 +139,9 @@ def test_parse_bind_refuses(bind: str) -> None:
 
 
 def test_error_headers() -> None:
-    assert error_headers(Busy("busy", retry_after=0.2)) == {"Retry-After": "1"}
-    assert error_headers(Busy("busy", retry_after=2.1)) == {"Retry-After": "3"}
-    assert error_headers(PayloadTooLarge("big", max_bytes=10)) == {"x-max-request-size": "10"}
+    assert error_headers(Busy("busy", retry_after=0.2)) == {RETRY_AFTER_HEADER: "1"}
+    assert error_headers(Busy("busy", retry_after=2.1)) == {RETRY_AFTER_HEADER: "3"}
+    assert error_headers(PayloadTooLarge("big", max_bytes=10)) == {MAX_REQUEST_SIZE_HEADER: "10"}
     assert error_headers(InvalidInput("x")) == {}
 
 

@@ -15,17 +15,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
+from plateau.protocol import ARROW_FILE, ARROW_STREAM, JSON, JSON_ENVELOPE
 from plateau.server.errors import NotAcceptable, UnsupportedMediaType
 from plateau.server.params import parse_time
 from plateau.storage.errors import InvalidInput
 
-ARROW_FILE = "application/vnd.apache.arrow.file"
-ARROW_STREAM = "application/vnd.apache.arrow.stream"
-JSON = "application/json"
-JSON_RECORDS = "application/json; format=pandas-records"
-"""Content-Type of a JSON read reply: a bare array of records, as plateau sends it."""
-JSON_ENVELOPE = "application/json; format=envelope"
-"""Content-Type of the opt-in JSON reply: ``{"records": [...], "status": ..., ...}``."""
 APPEND_TYPES = (ARROW_FILE, ARROW_STREAM, JSON)
 LEGACY_MESSAGE_COLUMN = "message"
 """plateau's legacy string record (``{"records": ["..."]}``) becomes a row of this utf8 column."""

@@ -38,12 +38,19 @@ from starlette.routing import compile_path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from plateau.metrics import APPEND_STAGE_SECONDS, REJECTED_APPENDS
-from plateau.server.auth import bearer_token, check_token
-from plateau.server.body import read_body
-from plateau.server.codecs import (
+from plateau.protocol import (
+    DEFAULT_PAGE_SIZE,
+    ITERATION_STATUS_HEADER,
     JSON,
     JSON_ENVELOPE,
     JSON_RECORDS,
+    MAX_PAGE_SIZE,
+    SPAN_END_HEADER,
+    SPAN_START_HEADER,
+)
+from plateau.server.auth import bearer_token, check_token
+from plateau.server.body import read_body
+from plateau.server.codecs import (
     append_media_type,
     decode_append,
     encode_arrow,
@@ -51,7 +58,7 @@ from plateau.server.codecs import (
 )
 from plateau.server.errors import plateau_error_response, unexpected_error_response
 from plateau.server.jsonout import dumps, json_reply, table_rows
-from plateau.server.page_ahead import ITERATION_STATUS_HEADER, PageRequest, topic_page
+from plateau.server.page_ahead import PageRequest, topic_page
 from plateau.server.params import (
     data_focus,
     int_param,
@@ -69,8 +76,6 @@ from plateau.storage.names import check_name
 from plateau.storage.types import PartitionRead, Span, TimeRange
 
 MAX_CURSOR_BYTES = 1024 * 1024
-MAX_PAGE_SIZE = 10_000
-DEFAULT_PAGE_SIZE = 1000
 
 _STAGE_BODY = APPEND_STAGE_SECONDS.labels(stage="body")
 _STAGE_QUEUE = APPEND_STAGE_SECONDS.labels(stage="queue")
@@ -154,8 +159,8 @@ def _read_partition(
     # (plateau puts it only in the Arrow schema's metadata, out of a JSON reader's reach)
     headers = {ITERATION_STATUS_HEADER: json.dumps(str(result.status))}
     if result.span is not None:
-        headers["x-span-start"] = str(result.span.start)
-        headers["x-span-end"] = str(result.span.end)
+        headers[SPAN_START_HEADER] = str(result.span.start)
+        headers[SPAN_END_HEADER] = str(result.span.end)
     if media == JSON:  # plateau's: the records alone
         return Response(dumps(table_rows(result.table)), headers=headers, media_type=JSON_RECORDS)
     if media == JSON_ENVELOPE:

@@ -22,11 +22,10 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request as StarletteRequest
 
+from plateau.protocol import MAX_REQUEST_SIZE_HEADER, RETRY_AFTER_HEADER
 from plateau.storage.errors import Busy, PayloadTooLarge, PlateauError
 
 log = logging.getLogger("plateau.server")
-
-MAX_REQUEST_SIZE_HEADER = "x-max-request-size"
 
 
 class Unauthorized(PlateauError):
@@ -60,7 +59,7 @@ def error_response(
 def error_headers(exc: PlateauError) -> dict[str, str]:
     """Headers that let a client act on the error without parsing the message."""
     if isinstance(exc, Busy):
-        return {"Retry-After": str(max(1, math.ceil(exc.retry_after)))}
+        return {RETRY_AFTER_HEADER: str(max(1, math.ceil(exc.retry_after)))}
     if isinstance(exc, PayloadTooLarge):
         return {MAX_REQUEST_SIZE_HEADER: str(exc.max_bytes)}
     if isinstance(exc, Unauthorized):

@@ -25,9 +25,8 @@ from typing import Any
 import pyarrow as pa
 from starlette.responses import Response
 
+from plateau.protocol import ARROW_FILE, JSON
 from plateau.storage.errors import InvalidInput
-
-ARROW_FILE = "application/vnd.apache.arrow.file"
 
 Convert = Callable[[Any], Any]
 
@@ -60,7 +59,7 @@ def dumps(value: Any) -> bytes:
 
 
 def json_reply(value: Any, status: int = 200, headers: Mapping[str, str] | None = None) -> Response:
-    return Response(dumps(value), status, headers, media_type="application/json")
+    return Response(dumps(value), status, headers, media_type=JSON)
 
 
 def _json_type(dtype: pa.DataType) -> pa.DataType:

@@ -15,6 +15,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from plateau.protocol import JSON
 from plateau.server.models import Records, TopicRecords
 from plateau.storage.names import NAME_PATTERN, NAME_RULE
 from plateau.storage.topic_config import TopicConfigRequest
@@ -126,10 +127,10 @@ def _completed(schema: dict[str, Any]) -> dict[str, Any]:
                 elif param["name"] in ("time.start", "time.end"):
                     param["schema"] = dict(TIME_SCHEMA)
             content = op.get("requestBody", {}).get("content", {})
-            if op["operationId"] == "appendRecords" and "application/json" in content:
-                content["application/json"]["schema"] = APPEND_JSON
-            if op["operationId"] == "iterateTopic" and "application/json" in content:
-                content["application/json"]["schema"] = CURSOR
+            if op["operationId"] == "appendRecords" and JSON in content:
+                content[JSON]["schema"] = APPEND_JSON
+            if op["operationId"] == "iterateTopic" and JSON in content:
+                content[JSON]["schema"] = CURSOR
             links = {"putTopic": TOPIC_LINKS, "appendRecords": APPEND_LINKS}.get(op["operationId"])
             for status in ("200", "201"):
                 if links and status in op.get("responses", {}):

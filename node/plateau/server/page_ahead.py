@@ -31,13 +31,12 @@ from dataclasses import dataclass, field
 from starlette.responses import Response
 
 from plateau.metrics import PAGES_AHEAD
-from plateau.server.codecs import JSON, JSON_ENVELOPE, JSON_RECORDS, encode_arrow
+from plateau.protocol import ITERATION_STATUS_HEADER, JSON, JSON_ENVELOPE, JSON_RECORDS
+from plateau.server.codecs import encode_arrow
 from plateau.server.jsonout import dumps, table_rows
 from plateau.storage.engine import Engine
 from plateau.storage.focus import DataFocus
 from plateau.storage.types import Order, RecordStatus, TimeRange, TopicRead
-
-ITERATION_STATUS_HEADER = "x-iteration-status"
 
 log = logging.getLogger(__name__)
 _PREPARED = PAGES_AHEAD.labels(outcome="prepared")

@@ -21,6 +21,7 @@ from fastapi import APIRouter, Query, Request, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
+from plateau.protocol import JSON
 from plateau.server.auth import WriteAccess
 from plateau.server.body import read_body
 from plateau.server.errors import describe_validation_errors
@@ -74,7 +75,7 @@ def parse_config_request(body: bytes) -> TopicConfigRequest:
     openapi_extra={
         "requestBody": {
             "required": False,
-            "content": {"application/json": {"schema": REQUEST_SCHEMA_REF}},
+            "content": {JSON: {"schema": REQUEST_SCHEMA_REF}},
         }
     },
 )

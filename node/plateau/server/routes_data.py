@@ -19,9 +19,21 @@ from typing import Any
 from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 
+from plateau.protocol import (
+    ARROW_FILE,
+    ARROW_STREAM,
+    DEFAULT_PAGE_SIZE,
+    ITERATION_STATUS_HEADER,
+    JSON,
+    JSON_ENVELOPE,
+    JSON_RECORDS,
+    MAX_PAGE_SIZE,
+    MAX_REQUEST_SIZE_HEADER,
+    SPAN_END_HEADER,
+    SPAN_START_HEADER,
+)
 from plateau.server import data_plane
 from plateau.server.auth import ReadAccess
-from plateau.server.codecs import ARROW_FILE, ARROW_STREAM, JSON_ENVELOPE, JSON_RECORDS
 from plateau.server.jsonout import json_reply
 from plateau.server.models import (
     ERROR_RESPONSES,
@@ -43,8 +55,8 @@ def _param(name: str, schema: dict[str, Any], description: str, **extra: Any) ->
 
 PAGE_SIZE = _param(
     "page_size",
-    {"type": "integer", "minimum": 1, "maximum": data_plane.MAX_PAGE_SIZE, "default": 1000},
-    "Records per reply (at most 10000).",
+    {"type": "integer", "minimum": 1, "maximum": MAX_PAGE_SIZE, "default": DEFAULT_PAGE_SIZE},
+    f"Records per reply (at most {MAX_PAGE_SIZE}).",
 )
 TIME_START = _param(
     "time.start",
@@ -59,7 +71,7 @@ ACCEPT = {
     "in": "header",
     "schema": {"type": "string"},
     "description": f"`{ARROW_FILE}` or `{ARROW_STREAM}` for Arrow. None, `*/*` or "
-    "`application/json` get plateau's JSON: a bare array of records "
+    f"`{JSON}` get plateau's JSON: a bare array of records "
     f"(`{JSON_RECORDS}`). `{JSON_ENVELOPE}` gets the records in an object with their "
     "status and span or cursor. Anything else: 406.",
 }
@@ -105,7 +117,7 @@ def _replies(envelope: str, status: str) -> dict[int | str, dict[str, Any]]:
         200: {
             "description": "The records, in the format `Accept` asked for.",
             "headers": {
-                "x-iteration-status": {"description": status, "schema": {"type": "string"}}
+                ITERATION_STATUS_HEADER: {"description": status, "schema": {"type": "string"}}
             },
             "content": {
                 JSON_RECORDS: {"schema": _RECORD_ROWS},
@@ -140,7 +152,8 @@ async def list_topics(request: Request) -> Response:
         **ERROR_RESPONSES,
         **_replies(
             "Records",
-            'the status as a JSON string (`"All"`); the span in x-span-start and x-span-end',
+            'the status as a JSON string (`"All"`); the span in '
+            f"{SPAN_START_HEADER} and {SPAN_END_HEADER}",
         ),
     },
     openapi_extra={
@@ -173,7 +186,7 @@ async def read_partition(request: Request, topic: str, partition: str) -> Respon
     response_model=Inserted,
     responses={
         **ERROR_RESPONSES,
-        413: {"description": "Body too large; `x-max-request-size` gives the limit."},
+        413: {"description": f"Body too large; `{MAX_REQUEST_SIZE_HEADER}` gives the limit."},
         415: {"description": "Unsupported Content-Type."},
         429: {"description": "Writer busy; retry after `Retry-After` seconds."},
         507: {"description": "Volume full; writes refused, reads go on."},
@@ -184,7 +197,7 @@ async def read_partition(request: Request, topic: str, partition: str) -> Respon
             "content": {
                 ARROW_FILE: {"schema": {"type": "string", "format": "binary"}},
                 ARROW_STREAM: {"schema": {"type": "string", "format": "binary"}},
-                "application/json": {"schema": {"type": "object"}},
+                JSON: {"schema": {"type": "object"}},
             },
         },
         "security": BEARER,
@@ -198,7 +211,7 @@ async def append(request: Request, topic: str, partition: str) -> Response:
     data_plane.ITERATE_PATH,
     summary="Iterate a topic across partitions",
     description="The JSON body is the cursor `{partition: next_index}` (empty for the start); "
-    "send the `next` of the reply's `x-iteration-status` back to continue.",
+    f"send the `next` of the reply's `{ITERATION_STATUS_HEADER}` back to continue.",
     response_model=None,
     responses={
         **ERROR_RESPONSES,
@@ -226,9 +239,7 @@ async def append(request: Request, topic: str, partition: str) -> Response:
         "requestBody": {
             "required": False,
             "content": {
-                "application/json": {
-                    "schema": {"type": "object", "additionalProperties": {"type": "integer"}}
-                }
+                JSON: {"schema": {"type": "object", "additionalProperties": {"type": "integer"}}}
             },
         },
         "security": BEARER,
