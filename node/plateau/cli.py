@@ -29,6 +29,7 @@ from plateau.cli_options import (
 from plateau.cli_options import Timeout as TimeoutOpt
 from plateau.cli_options import Token as TokenOpt
 from plateau.cli_options import Url as UrlOpt
+from plateau.protocol import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
 
 if TYPE_CHECKING:
     from plateau.client import PlateauClient
@@ -247,7 +248,9 @@ def read(
     partition: Annotated[str, typer.Argument()],
     start: Annotated[int, typer.Option(min=0, help="First index to read.")] = 0,
     limit: Annotated[int | None, typer.Option(min=0, help="Stop after this many rows.")] = None,
-    page_size: Annotated[int, typer.Option(min=1, max=10000, help="Rows per request.")] = 1000,
+    page_size: Annotated[
+        int, typer.Option(min=1, max=MAX_PAGE_SIZE, help="Rows per request.")
+    ] = DEFAULT_PAGE_SIZE,
     time_start: Annotated[str | None, typer.Option(help="RFC 3339 or epoch ms.")] = None,
     time_end: Annotated[str | None, typer.Option(help="RFC 3339 or epoch ms.")] = None,
     output_format: Annotated[
@@ -298,7 +301,7 @@ def tail(
     follow: Annotated[bool, typer.Option("--follow", "-f", help="Keep polling for rows.")] = False,
     from_end: Annotated[bool, typer.Option(help="Start at the current end.")] = False,
     limit: Annotated[int | None, typer.Option(min=0, help="Stop after this many rows.")] = None,
-    page_size: Annotated[int, typer.Option(min=1, max=10000)] = 1000,
+    page_size: Annotated[int, typer.Option(min=1, max=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
     interval: Annotated[float, typer.Option(min=0.01, help="Seconds between polls.")] = 1.0,
     dataset: DatasetOpt = None,
     exclude: ExcludeOpt = None,

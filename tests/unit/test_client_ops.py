@@ -22,7 +22,13 @@ from plateau.client.errors import (
     PartialAppendError,
     RecordTooLargeError,
 )
-from plateau.client.wire import ARROW_FILE, RetryPolicy, decode_table, encode_table
+from plateau.client.wire import RetryPolicy, decode_table, encode_table
+from plateau.protocol import (
+    ARROW_FILE,
+    ITERATION_STATUS_HEADER,
+    MAX_REQUEST_SIZE_HEADER,
+    RETRY_AFTER_HEADER,
+)
 from plateau.storage.types import RecordStatus, Span
 
 Responder = Callable[[ops.Call], httpx.Response]
@@ -68,7 +74,7 @@ class FakePartition:
         assert not call.safe_to_repeat
         if self.limit is not None and len(call.content) > self.limit:
             self.refused += 1
-            headers = {"x-max-request-size": str(self.limit)} if self.header else {}
+            headers = {MAX_REQUEST_SIZE_HEADER: str(self.limit)} if self.header else {}
             return httpx.Response(413, json={"message": "too large", "code": "x"}, headers=headers)
         table = decode_table(call.content, ARROW_FILE)
         start = len(self.rows)
@@ -148,7 +154,8 @@ def test_busy_is_retried_with_backoff_at_least_retry_after() -> None:
 
     def busy_then_ok(call: ops.Call) -> httpx.Response:
         if next(refusals, 0):
-            return httpx.Response(429, json={"message": "busy"}, headers={"retry-after": "0.2"})
+            busy = {RETRY_AFTER_HEADER: "0.2"}
+            return httpx.Response(429, json={"message": "busy"}, headers=busy)
         return node(call)
 
     span, sleeps, _ = drive(ops.append(state(), "t", "p", table(5)), busy_then_ok)
@@ -167,7 +174,7 @@ def test_busy_gives_up_after_max_attempts() -> None:
 
 def test_busy_gives_up_when_out_of_time() -> None:
     def always_busy(call: ops.Call) -> httpx.Response:
-        return httpx.Response(429, json={"message": "busy"}, headers={"retry-after": "30"})
+        return httpx.Response(429, json={"message": "busy"}, headers={RETRY_AFTER_HEADER: "30"})
 
     with pytest.raises(BusyError):
         drive(ops.append(state(max_elapsed=10), "t", "p", table(5)), always_busy)
@@ -220,7 +227,7 @@ def test_reads_are_resent_after_a_lost_connection() -> None:
         body = encode_table(pa.table({"v": [1, 2]}))
         status = '{"status": "All", "span": {"start": 5, "end": 7}}'
         return httpx.Response(
-            200, content=body, headers={"content-type": ARROW_FILE, "x-iteration-status": status}
+            200, content=body, headers={"content-type": ARROW_FILE, ITERATION_STATUS_HEADER: status}
         )
 
     page, sleeps, _ = drive(ops.read(state(), "t", "p", 5, 100), flaky)
@@ -239,7 +246,7 @@ def arrow_reply(rows: list[int], status: dict[str, Any]) -> httpx.Response:
     import json
 
     body = encode_table(pa.table({"v": pa.array(rows, pa.int64())}))
-    headers = {"content-type": ARROW_FILE, "x-iteration-status": json.dumps(status)}
+    headers = {"content-type": ARROW_FILE, ITERATION_STATUS_HEADER: json.dumps(status)}
     return httpx.Response(200, content=body, headers=headers)
 
 

@@ -17,8 +17,6 @@ from plateau.client.errors import (
     error_from_response,
 )
 from plateau.client.wire import (
-    ARROW_FILE,
-    ARROW_STREAM,
     UNSET,
     RetryPolicy,
     backoff_delay,
@@ -33,6 +31,16 @@ from plateau.client.wire import (
     rows_to_table,
     split_rows,
     topic_request,
+)
+from plateau.protocol import (
+    ARROW_FILE,
+    ARROW_STREAM,
+    ITERATION_STATUS_HEADER,
+    JSON,
+    MAX_REQUEST_SIZE_HEADER,
+    RETRY_AFTER_HEADER,
+    SPAN_END_HEADER,
+    SPAN_START_HEADER,
 )
 from plateau.storage.types import RecordStatus, Span
 
@@ -55,7 +63,7 @@ def test_decode_stream_and_json() -> None:
         writer.write_table(table)
     assert decode_table(sink.getvalue().to_pybytes(), ARROW_STREAM).equals(table)
     body = json.dumps({"records": [{"a": 1}, {"a": 2, "b": "x"}]}).encode()
-    assert decode_table(body, "application/json").to_pylist() == [
+    assert decode_table(body, JSON).to_pylist() == [
         {"a": 1, "b": None},
         {"a": 2, "b": "x"},
     ]
@@ -136,11 +144,10 @@ def _arrow(table: pa.Table, headers: dict[str, str]) -> httpx.Response:
 def test_partition_page_from_headers() -> None:
     table = pa.table({"v": [1, 2]})
     status = json.dumps({"status": "RecordLimited", "span": {"start": 4, "end": 6}})
-    page = parse_partition_page(_arrow(table, {"x-iteration-status": status}), 4)
+    page = parse_partition_page(_arrow(table, {ITERATION_STATUS_HEADER: status}), 4)
     assert page.span == Span(4, 6) and page.status == RecordStatus.RECORD_LIMITED
-    page = parse_partition_page(
-        _arrow(table, {"x-iteration-status": "All", "x-span-start": "4", "x-span-end": "9"}), 4
-    )
+    headers = {ITERATION_STATUS_HEADER: "All", SPAN_START_HEADER: "4", SPAN_END_HEADER: "9"}
+    page = parse_partition_page(_arrow(table, headers), 4)
     assert page.span == Span(4, 9) and page.status == RecordStatus.ALL
     page = parse_partition_page(_arrow(table, {}), 10)  # nothing said: inferred from rows
     assert page.span == Span(10, 12)
@@ -154,10 +161,10 @@ def test_partition_page_from_json() -> None:
 
 def test_topic_page() -> None:
     status = json.dumps({"status": "SchemaChange", "next": {"0": 3}})
-    page = parse_topic_page(_arrow(pa.table({"v": [1]}), {"x-iteration-status": status}), {})
+    page = parse_topic_page(_arrow(pa.table({"v": [1]}), {ITERATION_STATUS_HEADER: status}), {})
     assert page.cursor == {"0": 3} and page.status == RecordStatus.SCHEMA_CHANGE
     with pytest.raises(PlateauClientError, match="unknown iteration status"):
-        parse_topic_page(_arrow(pa.table({"v": [1]}), {"x-iteration-status": "Nope"}), {})
+        parse_topic_page(_arrow(pa.table({"v": [1]}), {ITERATION_STATUS_HEADER: "Nope"}), {})
 
 
 def test_topic_info() -> None:
@@ -176,10 +183,10 @@ def test_error_classes(status: int, cls: type[PlateauClientError]) -> None:
 
 def test_error_details() -> None:
     err = error_from_response(
-        httpx.Response(413, json={"message": "big"}, headers={"x-max-request-size": "1024"})
+        httpx.Response(413, json={"message": "big"}, headers={MAX_REQUEST_SIZE_HEADER: "1024"})
     )
     assert isinstance(err, PayloadTooLargeError) and err.max_bytes == 1024
-    err = error_from_response(httpx.Response(429, text="busy", headers={"retry-after": "3"}))
+    err = error_from_response(httpx.Response(429, text="busy", headers={RETRY_AFTER_HEADER: "3"}))
     assert isinstance(err, BusyError) and err.retry_after == 3.0 and err.message == "busy"
     err = error_from_response(httpx.Response(502, text="<html>\n bad   gateway </html>"))
     assert err.message == "<html> bad gateway </html>"

@@ -15,6 +15,7 @@ from plateau.client import ops
 from plateau.client._base import DEFAULT_URL, ClientBase
 from plateau.client.errors import ConnectionFailed
 from plateau.client.wire import UNSET, PartitionPage, RetryPolicy, TimeBound, TopicInfo, TopicPage
+from plateau.protocol import DEFAULT_PAGE_SIZE
 from plateau.storage.focus import DataFocus
 from plateau.storage.types import Span
 
@@ -108,7 +109,7 @@ class AsyncPlateauClient(ClientBase):
         topic: str,
         partition: str,
         start: int = 0,
-        page_size: int = 1000,
+        page_size: int = DEFAULT_PAGE_SIZE,
         time_start: TimeBound = None,
         time_end: TimeBound = None,
         focus: DataFocus | None = None,
@@ -122,7 +123,7 @@ class AsyncPlateauClient(ClientBase):
         topic: str,
         partition: str,
         start: int = 0,
-        page_size: int = 1000,
+        page_size: int = DEFAULT_PAGE_SIZE,
         time_start: TimeBound = None,
         time_end: TimeBound = None,
         focus: DataFocus | None = None,
@@ -135,7 +136,7 @@ class AsyncPlateauClient(ClientBase):
         self,
         topic: str,
         cursor: Mapping[str, int] | None = None,
-        page_size: int = 1000,
+        page_size: int = DEFAULT_PAGE_SIZE,
         order: str = "asc",
         partition_filter: Sequence[str] | None = None,
         time_start: TimeBound = None,

@@ -12,6 +12,7 @@ from typing import Any
 
 import httpx
 
+from plateau.protocol import MAX_REQUEST_SIZE_HEADER, RETRY_AFTER_HEADER
 from plateau.storage.types import Span
 
 
@@ -177,10 +178,10 @@ def error_from_response(response: httpx.Response) -> PlateauClientError:
     status = response.status_code
     message, code = error_message(response)
     if status == 413:
-        size = _header_number(response, "x-max-request-size")
+        size = _header_number(response, MAX_REQUEST_SIZE_HEADER)
         return PayloadTooLargeError(status, message, code, int(size) if size else None)
     if status == 429:
-        return BusyError(status, message, code, _header_number(response, "retry-after"))
+        return BusyError(status, message, code, _header_number(response, RETRY_AFTER_HEADER))
     if status == 409:
         body = error_body(response) or {}
         reason, owner = body.get("reason"), body.get("owner")

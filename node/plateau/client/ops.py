@@ -30,8 +30,6 @@ from plateau.client.errors import (
     error_from_response,
 )
 from plateau.client.wire import (
-    ARROW_FILE,
-    JSON,
     PartitionPage,
     RetryPolicy,
     TimeBound,
@@ -49,6 +47,7 @@ from plateau.client.wire import (
     split_rows,
     time_params,
 )
+from plateau.protocol import ARROW_FILE, JSON
 from plateau.storage.focus import DataFocus
 from plateau.storage.types import RecordStatus, Span
 

@@ -16,6 +16,7 @@ from plateau.client._base import DEFAULT_URL, ClientBase
 from plateau.client.direct import DirectTransport, Origin
 from plateau.client.errors import ConnectionFailed
 from plateau.client.wire import UNSET, PartitionPage, RetryPolicy, TimeBound, TopicInfo, TopicPage
+from plateau.protocol import DEFAULT_PAGE_SIZE, JSON
 from plateau.storage.focus import DataFocus
 from plateau.storage.types import Span
 
@@ -83,7 +84,7 @@ class PlateauClient(ClientBase):
             body = json.dumps(
                 call.json, ensure_ascii=False, separators=(",", ":"), allow_nan=False
             ).encode()
-            headers["content-type"] = "application/json"
+            headers["content-type"] = JSON
         return transport.send(
             self._origin, call.method, call.path, call.params, headers, body, self.timeout
         )
@@ -139,7 +140,7 @@ class PlateauClient(ClientBase):
         topic: str,
         partition: str,
         start: int = 0,
-        page_size: int = 1000,
+        page_size: int = DEFAULT_PAGE_SIZE,
         time_start: TimeBound = None,
         time_end: TimeBound = None,
         focus: DataFocus | None = None,
@@ -154,7 +155,7 @@ class PlateauClient(ClientBase):
         topic: str,
         partition: str,
         start: int = 0,
-        page_size: int = 1000,
+        page_size: int = DEFAULT_PAGE_SIZE,
         time_start: TimeBound = None,
         time_end: TimeBound = None,
         focus: DataFocus | None = None,
@@ -168,7 +169,7 @@ class PlateauClient(ClientBase):
         self,
         topic: str,
         cursor: Mapping[str, int] | None = None,
-        page_size: int = 1000,
+        page_size: int = DEFAULT_PAGE_SIZE,
         order: str = "asc",
         partition_filter: Sequence[str] | None = None,
         time_start: TimeBound = None,

@@ -18,12 +18,16 @@ import httpx
 import pyarrow as pa
 
 from plateau.client.errors import PlateauClientError
+from plateau.protocol import (
+    ARROW_FILE,
+    ARROW_STREAM,
+    ITERATION_STATUS_HEADER,
+    JSON,
+    SPAN_END_HEADER,
+    SPAN_START_HEADER,
+)
 from plateau.storage.focus import DataFocus
 from plateau.storage.types import RecordStatus, Span
-
-ARROW_FILE = "application/vnd.apache.arrow.file"
-ARROW_STREAM = "application/vnd.apache.arrow.stream"
-JSON = "application/json"
 
 TimeBound = datetime | int | str | None
 """A ``time.start``/``time.end`` bound: datetime, epoch milliseconds, or RFC 3339 text."""
@@ -201,7 +205,7 @@ def parse_status(value: Any) -> RecordStatus:
 
 
 def _status_header(response: httpx.Response) -> Any:
-    raw = response.headers.get("x-iteration-status")
+    raw = response.headers.get(ITERATION_STATUS_HEADER)
     if raw is None:
         return None
     try:
@@ -214,7 +218,7 @@ def parse_partition_page(response: httpx.Response, start: int) -> PartitionPage:
     """Table, span and status of ``GET .../records`` in either Arrow or JSON form.
 
     The span comes from the JSON body, the status header or the
-    ``x-span-start``/``x-span-end`` headers; if the node sent none of them the
+    span-start/span-end headers; if the node sent none of them the
     span is inferred from the row count (exact without a time filter).
     """
     content_type = response.headers.get("content-type", "")
@@ -233,7 +237,7 @@ def parse_partition_page(response: httpx.Response, start: int) -> PartitionPage:
     else:
         table = decode_table(response.content, content_type)
     if span is None:
-        lo, hi = response.headers.get("x-span-start"), response.headers.get("x-span-end")
+        lo, hi = response.headers.get(SPAN_START_HEADER), response.headers.get(SPAN_END_HEADER)
         if lo is not None and hi is not None:
             span = Span(int(lo), int(hi))
     if span is None and table.num_rows:

@@ -46,7 +46,7 @@ def reply_media_type(accept: str | None) -> str:
 
     As plateau: no Accept, ``*/*``, ``application/json`` and ``application/json;
     format=pandas-records`` get a bare JSON array of records (``JSON``);
-    ``application/vnd.apache.arrow.file`` gets Arrow. Beyond plateau: the Arrow
+    ``ARROW_FILE`` gets Arrow. Beyond plateau: the Arrow
     stream format, and ``application/json; format=envelope`` for the records
     wrapped in an object with their span or cursor and status (``JSON_ENVELOPE``).
     Anything else is a 406 that lists what the node sends.
