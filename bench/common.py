@@ -30,7 +30,8 @@ import psutil
 import pyarrow as pa
 import pyarrow.ipc as ipc
 
-ARROW_FILE = "application/vnd.apache.arrow.file"
+from plateau.protocol import ARROW_FILE
+
 MiB = 1024 * 1024
 GiB = 1024 * MiB
 

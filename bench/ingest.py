@@ -35,7 +35,6 @@ import httpx
 
 from clients import CLIENTS, Reply, TransportError, open_client
 from common import (
-    ARROW_FILE,
     NODE_START_S,
     NODE_STOP_S,
     GiB,
@@ -58,6 +57,7 @@ from common import (
     system_busy_s,
     usage,
 )
+from plateau.protocol import ARROW_FILE, RETRY_AFTER_HEADER
 from plateau.settings import StorageSettings
 from tests.memcg import MemoryCgroup
 from tests.nodeproc import NodeProcess
@@ -138,7 +138,7 @@ class Phase:
 
 def _retry_after(response: Reply) -> float:
     try:
-        return float(response.header("retry-after") or "0.1")
+        return float(response.header(RETRY_AFTER_HEADER) or "0.1")
     except ValueError:
         return 0.1
 

@@ -9,7 +9,7 @@ Without ``--url`` it starts a node, fills topic ``bench`` (4 partitions) with
 the reads come from sealed files, as history reads do), then reads it back:
 
 1. topic iteration: ``POST /topic/{t}/records?page_size=10000`` with the cursor
-   from ``x-iteration-status``, one reader, until the status is ``All``;
+   from the iteration-status header, one reader, until the status is ``All``;
 2. partition reads: ``GET /topic/{t}/partition/{p}/records?start=..&page_size=10000``,
    one reader going through the partitions in turn;
 3. the same partition reads with one reader thread per partition.
@@ -40,7 +40,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.nodepro
 import read_focus
 from clients import CLIENTS, Reply, open_client
 from common import (
-    ARROW_FILE,
     NODE_START_S,
     NODE_STOP_S,
     GiB,
@@ -60,10 +59,10 @@ from common import (
     system_busy_s,
     usage,
 )
+from plateau.protocol import ARROW_FILE, ITERATION_STATUS_HEADER, JSON, SPAN_END_HEADER
 from tests.nodeproc import NodeProcess
 
 TOPIC = "bench"
-STATUS_HEADER = "x-iteration-status"
 
 
 @dataclass
@@ -144,7 +143,7 @@ def iterate_topic(
                 f"/topic/{topic}/records",
                 [("page_size", str(page_size)), *(extra or [])],
                 json.dumps(cursor).encode(),
-                {"accept": ARROW_FILE, "content-type": "application/json"},
+                {"accept": ARROW_FILE, "content-type": JSON},
             )
             _check(r, f"iterate {topic}")
             rows = _rows_in(r.body)
@@ -152,7 +151,7 @@ def iterate_topic(
             stats.rows += rows
             stats.body_bytes += len(r.body)
             stats.pages += 1
-            status = json.loads(r.header(STATUS_HEADER) or "{}")
+            status = json.loads(r.header(ITERATION_STATUS_HEADER) or "{}")
             cursor = {str(k): int(v) for k, v in status["next"].items()}
             if status["status"] == "All":
                 return stats, True
@@ -194,7 +193,7 @@ def read_partition(
             stats.rows += rows
             stats.body_bytes += len(r.body)
             stats.pages += 1
-            span_end = r.header("x-span-end")  # the status header holds the status alone
+            span_end = r.header(SPAN_END_HEADER)  # the status header holds the status alone
             if span_end is None or rows == 0:
                 break
             pos = int(span_end)

@@ -51,7 +51,6 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from common import (
-    ARROW_FILE,
     arrow_file_body,
     cleanup,
     create_topic,
@@ -62,6 +61,7 @@ from common import (
     percentile,
     system_busy_s,
 )
+from plateau.protocol import ARROW_FILE
 from read import iterate_topic
 from tests.nodeproc import NodeProcess
 

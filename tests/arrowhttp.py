@@ -8,7 +8,7 @@ import time
 import httpx
 import pyarrow as pa
 
-ARROW_FILE = "application/vnd.apache.arrow.file"
+from plateau.protocol import ARROW_FILE, ITERATION_STATUS_HEADER, MAX_PAGE_SIZE
 
 
 def ipc_file(table: pa.Table) -> bytes:
@@ -46,7 +46,7 @@ def append_retrying(
 
 
 def read(
-    client: httpx.Client, topic: str, partition: str, start: int, page_size: int = 10_000
+    client: httpx.Client, topic: str, partition: str, start: int, page_size: int = MAX_PAGE_SIZE
 ) -> tuple[pa.Table, str]:
     r = client.get(
         f"/topic/{topic}/partition/{partition}/records",
@@ -54,7 +54,7 @@ def read(
         headers={"accept": ARROW_FILE},
     )
     r.raise_for_status()
-    return pa.ipc.open_file(pa.py_buffer(r.content)).read_all(), r.headers["x-iteration-status"]
+    return pa.ipc.open_file(pa.py_buffer(r.content)).read_all(), r.headers[ITERATION_STATUS_HEADER]
 
 
 def read_all(client: httpx.Client, topic: str, partition: str, start: int = 0) -> list[pa.Table]:
@@ -73,7 +73,7 @@ def read_all(client: httpx.Client, topic: str, partition: str, start: int = 0) -
 
 
 def iterate(
-    client: httpx.Client, topic: str, cursor: dict[str, int], page_size: int = 10_000
+    client: httpx.Client, topic: str, cursor: dict[str, int], page_size: int = MAX_PAGE_SIZE
 ) -> tuple[pa.Table, dict[str, object]]:
     r = client.post(
         f"/topic/{topic}/records",
@@ -82,7 +82,7 @@ def iterate(
         headers={"accept": ARROW_FILE},
     )
     r.raise_for_status()
-    status = json.loads(r.headers["x-iteration-status"])
+    status = json.loads(r.headers[ITERATION_STATUS_HEADER])
     body = r.content
     table = pa.ipc.open_file(pa.py_buffer(body)).read_all() if body else pa.table({})
     return table, status

@@ -8,7 +8,7 @@ appends: nested inference-log rows (structs in structs, a list of structs, a
 float list) in partitions ``p0``/``p1`` (plateau crashes on digit-only
 partition names). Then each read case (partition reads and topic iteration,
 with and without a data focus, JSON and Arrow, empty and bad) goes to both,
-and the status, Content-Type, ``x-iteration-status`` and the records are
+and the status, Content-Type, iteration-status header and the records are
 compared. The last stdout line is one JSON object: every case, equal or not,
 with the differences.
 """
@@ -31,7 +31,8 @@ import pyarrow as pa
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from tests.arrowhttp import ARROW_FILE, ipc_file  # noqa: E402
+from plateau.protocol import ARROW_FILE, ITERATION_STATUS_HEADER, JSON  # noqa: E402
+from tests.arrowhttp import ipc_file  # noqa: E402
 from tests.nodeproc import NodeProcess  # noqa: E402
 
 ROWS = 5
@@ -90,7 +91,7 @@ def start_rs(binary: Path, work: Path) -> tuple[subprocess.Popen[bytes], str]:
 
 # (name, method, path and query, body, Accept)
 CASES: list[tuple[str, str, str, Any, str | None]] = []
-for accept in (ARROW_FILE, "application/json"):
+for accept in (ARROW_FILE, JSON):
     kind = "arrow" if accept == ARROW_FILE else "json"
     base = "/topic/cmp/partition/p0/records?start=0"
     for label, query in (
@@ -133,13 +134,13 @@ def answer(url: str, method: str, target: str, body: Any, accept: str | None) ->
     headers = {"accept": accept} if accept else {}
     content = json.dumps(body).encode() if body is not None else None
     if content is not None:
-        headers["content-type"] = "application/json"
+        headers["content-type"] = JSON
     r = httpx.request(method, url + target, content=content, headers=headers, timeout=30)
     out: dict[str, Any] = {
         "status": r.status_code,
         "content_type": r.headers.get("content-type"),
-        "x_iteration_status": json.loads(r.headers["x-iteration-status"])
-        if "x-iteration-status" in r.headers
+        "x_iteration_status": json.loads(r.headers[ITERATION_STATUS_HEADER])
+        if ITERATION_STATUS_HEADER in r.headers
         else None,
     }
     if r.status_code != 200:

@@ -21,6 +21,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from plateau.protocol import MAX_REQUEST_SIZE_HEADER
 from plateau.storage.topic_config import MiB, TopicConfig
 
 _config_file: ContextVar[str | None] = ContextVar("plateau_config_file", default=None)
@@ -147,7 +148,9 @@ class ServerSettings(BaseModel):
 
     bind: str = Field(default="127.0.0.1:3030", description="HOST:PORT to listen on.")
     max_request_bytes: int = Field(
-        default=32 * MiB, gt=0, description="Larger append bodies get 413 with x-max-request-size."
+        default=32 * MiB,
+        gt=0,
+        description=f"Larger append bodies get 413 with {MAX_REQUEST_SIZE_HEADER}.",
     )
     max_inflight_bytes: int = Field(
         default=128 * MiB,

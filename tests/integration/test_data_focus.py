@@ -16,7 +16,8 @@ import pyarrow as pa
 import pytest
 
 from plateau.client import DataFocus, PlateauClient
-from tests.arrowhttp import ARROW_FILE, append_retrying
+from plateau.protocol import ARROW_FILE, ITERATION_STATUS_HEADER, JSON_RECORDS
+from tests.arrowhttp import append_retrying
 from tests.integration.test_cli import one_error_line, run
 from tests.nodeproc import NodeProcess
 from tests.unit.test_focus import TENSOR, inference_logs
@@ -128,7 +129,7 @@ def test_partition_reads_return_the_focused_columns(
         assert table.column(name).to_pylist() == path(src, dotted), name
 
     reply = httpx.get(url, params=params)
-    assert reply.headers["content-type"] == "application/json; format=pandas-records"
+    assert reply.headers["content-type"] == JSON_RECORDS
     rows = reply.json()
     assert [list(row) for row in rows] == [list(expected)] * (4 * ROWS)
     for name, dotted in expected.items():
@@ -145,7 +146,7 @@ def test_topic_iteration_takes_the_same_focus(node: NodeProcess, fmt: str) -> No
         r = httpx.post(url, params=query, json=cursor, headers={"accept": ARROW_FILE})
         assert r.status_code == 200, r.text
         table = pa.ipc.open_file(pa.py_buffer(r.content)).read_all()
-        status = json.loads(r.headers["x-iteration-status"])
+        status = json.loads(r.headers[ITERATION_STATUS_HEADER])
         if table.num_rows:
             assert table.column_names == ["outputs.score", "outputs.classes"]
         scores += table.column("outputs.score").to_pylist() if table.num_rows else []

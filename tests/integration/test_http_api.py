@@ -13,11 +13,19 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
 
+from plateau.protocol import (
+    ARROW_FILE,
+    ARROW_STREAM,
+    ITERATION_STATUS_HEADER,
+    JSON,
+    JSON_ENVELOPE,
+    JSON_RECORDS,
+    SPAN_END_HEADER,
+    SPAN_START_HEADER,
+)
 from tests.arrowhttp import ipc_file, ipc_stream
 from tests.nodeproc import NodeProcess, metric_values
 
-ARROW_FILE = "application/vnd.apache.arrow.file"
-ARROW_STREAM = "application/vnd.apache.arrow.stream"
 _names = itertools.count()
 
 
@@ -40,14 +48,10 @@ def read_arrow(response: httpx.Response) -> pa.Table:
     return ipc.open_file(pa.py_buffer(response.content)).read_all()
 
 
-PANDAS_RECORDS = "application/json; format=pandas-records"
-ENVELOPE = "application/json; format=envelope"
-
-
 def records(response: httpx.Response) -> list[dict[str, object]]:
     """plateau's JSON reply: a bare array of records (``pandas.read_json`` reads it)."""
     assert response.status_code == 200, response.text
-    assert response.headers["content-type"] == PANDAS_RECORDS
+    assert response.headers["content-type"] == JSON_RECORDS
     body = response.json()
     assert isinstance(body, list)
     return body
@@ -55,7 +59,7 @@ def records(response: httpx.Response) -> list[dict[str, object]]:
 
 def status(response: httpx.Response) -> dict[str, object]:
     """The reply's status (and span or next cursor), as plateau sends it: in a header."""
-    value: dict[str, object] = json.loads(response.headers["x-iteration-status"])
+    value: dict[str, object] = json.loads(response.headers[ITERATION_STATUS_HEADER])
     return value
 
 
@@ -100,8 +104,8 @@ def test_arrow_file_round_trip(client: httpx.Client) -> None:
     assert r.status_code == 200
     got = read_arrow(r)
     assert got.select(table.column_names).equals(table)
-    assert json.loads(r.headers["x-iteration-status"]) == "RecordLimited"  # plateau's form
-    assert (r.headers["x-span-start"], r.headers["x-span-end"]) == ("0", "5")
+    assert json.loads(r.headers[ITERATION_STATUS_HEADER]) == "RecordLimited"  # plateau's form
+    assert (r.headers[SPAN_START_HEADER], r.headers[SPAN_END_HEADER]) == ("0", "5")
     assert json.loads(got.schema.metadata[b"span"]) == {"start": 0, "end": 5}
     assert json.loads(got.schema.metadata[b"status"]) == "RecordLimited"
 
@@ -129,24 +133,24 @@ def test_json_reads_are_json_safe(client: httpx.Client) -> None:
     topic, table = fresh_topic(), sample(3)
     append(client, topic, "0", table)
     url = f"/topic/{topic}/partition/0/records"
-    for accept in (None, "*/*", "application/json", PANDAS_RECORDS):
+    for accept in (None, "*/*", JSON, JSON_RECORDS):
         r = client.get(url, params={"start": 1}, headers={"accept": accept} if accept else {})
         rows = records(r)
-        assert json.loads(r.headers["x-iteration-status"]) == "All"  # plateau's: the status
-        assert (r.headers["x-span-start"], r.headers["x-span-end"]) == ("1", "3")
+        assert json.loads(r.headers[ITERATION_STATUS_HEADER]) == "All"  # plateau's: the status
+        assert (r.headers[SPAN_START_HEADER], r.headers[SPAN_END_HEADER]) == ("1", "3")
         assert [row["value"] for row in rows] == ["v1", "v2"]
         assert rows[0]["key"] == base64.b64encode(b"k1").decode()  # binary: base64
         assert rows[0]["time"] == 1_700_000_000_001
 
     # the richer object, only when asked for by name
-    r = client.get(url, params={"start": 1}, headers={"accept": ENVELOPE})
-    assert r.headers["content-type"] == ENVELOPE
+    r = client.get(url, params={"start": 1}, headers={"accept": JSON_ENVELOPE})
+    assert r.headers["content-type"] == JSON_ENVELOPE
     body = r.json()
     assert body["span"] == {"start": 1, "end": 3} and body["status"] == "All"
     assert [row["value"] for row in body["records"]] == ["v1", "v2"]
 
     r = client.get(url, params={"start": 1}, headers={"accept": "text/csv"})
-    assert r.status_code == 406 and "application/json" in r.json()["message"]
+    assert r.status_code == 406 and JSON in r.json()["message"]
 
 
 def test_json_appends_objects_array_and_legacy_strings(client: httpx.Client) -> None:
@@ -176,11 +180,11 @@ def test_paging_through_a_partition(client: httpx.Client) -> None:
             f"/topic/{topic}/partition/0/records", params={"start": start, "page_size": 4}
         )
         rows = records(r)
-        if "x-span-end" not in r.headers:
+        if SPAN_END_HEADER not in r.headers:
             assert rows == []
             break
         seen += [str(row["value"]) for row in rows]
-        start = int(r.headers["x-span-end"])
+        start = int(r.headers[SPAN_END_HEADER])
     assert seen == [f"v{i}" for i in range(10)]
 
 
@@ -189,15 +193,15 @@ def test_unknown_partition_of_known_topic_reads_empty(client: httpx.Client) -> N
     append(client, topic, "0", sample(1))
     r = client.get(f"/topic/{topic}/partition/nothing-here/records", params={"start": 0})
     assert records(r) == [] and r.content == b"[]"
-    assert json.loads(r.headers["x-iteration-status"]) == "All"
-    assert "x-span-start" not in r.headers
+    assert json.loads(r.headers[ITERATION_STATUS_HEADER]) == "All"
+    assert SPAN_START_HEADER not in r.headers
     r = client.get(
         f"/topic/{topic}/partition/nothing-here/records",
         params={"start": 0},
         headers={"accept": ARROW_FILE},
     )
     assert read_arrow(r).num_rows == 0
-    assert "x-span-start" not in r.headers
+    assert SPAN_START_HEADER not in r.headers
 
 
 def test_time_filter_on_partition_reads(client: httpx.Client) -> None:
@@ -262,8 +266,8 @@ def test_topic_iteration_with_cursor(client: httpx.Client) -> None:
             assert header["status"] == "All"
             break
         cursor = header["next"]  # type: ignore[assignment]
-    enveloped = iterate(client, topic, {}, {"page_size": 3}, headers={"accept": ENVELOPE})
-    assert enveloped.headers["content-type"] == ENVELOPE
+    enveloped = iterate(client, topic, {}, {"page_size": 3}, headers={"accept": JSON_ENVELOPE})
+    assert enveloped.headers["content-type"] == JSON_ENVELOPE
     body = enveloped.json()
     assert {"status": body["status"], "next": body["next"]} == status(enveloped)
     assert len(body["records"]) == 3
@@ -278,7 +282,7 @@ def test_topic_iteration_arrow_reply(client: httpx.Client) -> None:
     r = client.post(f"/topic/{topic}/records", json={}, headers={"accept": ARROW_FILE})
     got = read_arrow(r)
     assert got.num_rows == 3
-    status = json.loads(r.headers["x-iteration-status"])
+    status = json.loads(r.headers[ITERATION_STATUS_HEADER])
     assert status["next"]["a"] == 3
     assert json.loads(got.schema.metadata[b"status"]) == status
 

@@ -10,9 +10,8 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
 
+from plateau.protocol import ARROW_FILE
 from tests.nodeproc import NodeProcess
-
-ARROW_FILE = "application/vnd.apache.arrow.file"
 
 
 def body() -> bytes:

@@ -16,11 +16,10 @@ import httpx
 import pyarrow as pa
 import pytest
 
+from plateau.protocol import ARROW_FILE, ARROW_STREAM, JSON, MAX_PAGE_SIZE, MAX_REQUEST_SIZE_HEADER
 from tests.arrowhttp import ipc_file, ipc_stream
 from tests.nodeproc import NodeProcess
 
-ARROW_FILE = "application/vnd.apache.arrow.file"
-ARROW_STREAM = "application/vnd.apache.arrow.stream"
 TOKEN = "test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}
 
@@ -100,7 +99,7 @@ APPENDS = [
     Append("octet-stream", ipc_file(GOOD), "application/octet-stream", 415),
     Append("empty arrow file", b"", ARROW_FILE, match="empty"),
     Append("empty arrow stream", b"", ARROW_STREAM, match="empty"),
-    Append("empty json", b"", "application/json", match="empty"),
+    Append("empty json", b"", JSON, match="empty"),
     Append("garbage as arrow file", b"this is not arrow", match="Arrow"),
     Append("truncated arrow file", ipc_file(GOOD)[:-16], match="Arrow"),
     Append("stream sent as file", ipc_stream(GOOD), ARROW_FILE, match="Arrow"),
@@ -121,11 +120,11 @@ APPENDS = [
         ipc_file(pa.table({"time": pa.array([1, None], pa.int64())})),
         match="time",
     ),
-    Append("malformed json", b"{nope", "application/json", match="JSON"),
-    Append("json zero records", b'{"records": []}', "application/json", match="zero rows"),
-    Append("json scalar records", b'{"records": [1]}', "application/json"),
-    Append("json null column", b'[{"a": null}]', "application/json", match="null"),
-    Append("json mixed types", b'[{"a": 1}, {"a": "x"}]', "application/json"),
+    Append("malformed json", b"{nope", JSON, match="JSON"),
+    Append("json zero records", b'{"records": []}', JSON, match="zero rows"),
+    Append("json scalar records", b'{"records": [1]}', JSON),
+    Append("json null column", b'[{"a": null}]', JSON, match="null"),
+    Append("json mixed types", b'[{"a": 1}, {"a": "x"}]', JSON),
     Append("uppercase topic", ipc_file(GOOD), path="/topic/Known/partition/0", match="name"),
     Append("uppercase partition", ipc_file(GOOD), path="/topic/known/partition/P", match="name"),
     Append("dot-dot encoded", ipc_file(GOOD), path="/topic/%2e%2e/partition/0", match="name"),
@@ -191,7 +190,7 @@ READS = [
     (
         "page_size too big",
         "/topic/known/partition/0/records",
-        {"start": "0", "page_size": "10001"},
+        {"start": "0", "page_size": str(MAX_PAGE_SIZE + 1)},
         400,
     ),
     (
@@ -288,7 +287,7 @@ def test_bad_admin_put(node: NodeProcess, unchanged: None, body: bytes, match: s
     r = httpx.put(
         f"{node.url}/admin/topics/known",
         content=body,
-        headers={**AUTH, "content-type": "application/json"},
+        headers={**AUTH, "content-type": JSON},
     )
     message = assert_error(r, 400)["message"]
     assert match in message
@@ -356,7 +355,7 @@ def test_oversize_body_with_content_length(small_node: NodeProcess) -> None:
         headers={"content-type": ARROW_FILE},
     )
     assert_error(r, 413)
-    assert r.headers["x-max-request-size"] == str(LIMIT)
+    assert r.headers[MAX_REQUEST_SIZE_HEADER] == str(LIMIT)
     assert state_of(small_node.url) == before
     text = httpx.get(f"{small_node.url}/metrics").text
     assert 'plateau_rejected_appends_total{reason="too_large"}' in text
@@ -377,7 +376,7 @@ def test_oversize_chunked_body(small_node: NodeProcess) -> None:
     )
     assert "content-length" not in r.request.headers
     assert_error(r, 413)
-    assert r.headers["x-max-request-size"] == str(LIMIT)
+    assert r.headers[MAX_REQUEST_SIZE_HEADER] == str(LIMIT)
     assert state_of(small_node.url) == before
 
 
@@ -389,7 +388,7 @@ def test_lying_content_length_header_is_refused(small_node: NodeProcess) -> None
         conn.putheader("content-length", str(10 * LIMIT))
         conn.endheaders()  # no body sent: the node must answer from the header alone
         response = conn.getresponse()
-        assert response.getheader("x-max-request-size") == str(LIMIT)
+        assert response.getheader(MAX_REQUEST_SIZE_HEADER) == str(LIMIT)
         assert_error(response, 413)
     finally:
         conn.close()

@@ -17,7 +17,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from tests.arrowhttp import ARROW_FILE, append, ipc_file
+from plateau.protocol import ARROW_FILE, RETRY_AFTER_HEADER
+from tests.arrowhttp import append, ipc_file
 from tests.nodeproc import NodeProcess, metric_values
 
 BUDGET = 300_000
@@ -77,7 +78,7 @@ def test_append_past_the_inflight_budget_is_refused_whole_and_retryable(node: No
             time.sleep(0.01)
         second = append(c, "t", "0", body_of(1000, tag=2))
         assert second.status_code == 429, second.text
-        assert int(second.headers["retry-after"]) >= 1
+        assert int(second.headers[RETRY_AFTER_HEADER]) >= 1
         message = second.json()["message"]
         assert "max_inflight_bytes" in message and str(BUDGET) in message
         before = c.get("/topic/t").json()["partitions"]["0"]

@@ -10,7 +10,8 @@ import httpx
 import pyarrow as pa
 import pytest
 
-from tests.arrowhttp import ARROW_FILE, append_retrying, iterate
+from plateau.protocol import ARROW_FILE
+from tests.arrowhttp import append_retrying, iterate
 from tests.nodeproc import NodeProcess, metric_values
 
 PARTITIONS = 3

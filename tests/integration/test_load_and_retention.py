@@ -12,6 +12,7 @@ import httpx
 import pyarrow as pa
 import pytest
 
+from plateau.protocol import RETRY_AFTER_HEADER
 from tests.arrowhttp import append, iterate, read_all
 from tests.nodeproc import NodeProcess
 
@@ -43,7 +44,7 @@ def test_load_shedding_is_observable_and_lossless(tmp_path: Path) -> None:
                 with lock:
                     if r.status_code == 429:
                         rejected[0] += 1
-                        assert int(r.headers["retry-after"]) >= 1
+                        assert int(r.headers[RETRY_AFTER_HEADER]) >= 1
                         assert r.json()["code"] == 429
                     else:
                         assert r.status_code == 200, r.text

@@ -24,8 +24,15 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pytest
 
+from plateau.protocol import (
+    ARROW_FILE,
+    ITERATION_STATUS_HEADER,
+    MAX_PAGE_SIZE,
+    RETRY_AFTER_HEADER,
+    SPAN_END_HEADER,
+)
 from plateau.settings import StorageSettings
-from tests.arrowhttp import ARROW_FILE, ipc_file
+from tests.arrowhttp import ipc_file
 from tests.memcg import MemoryCgroup
 from tests.nodeproc import NodeProcess
 
@@ -115,7 +122,7 @@ def _exercise(node: NodeProcess, cgroup: MemoryCgroup) -> None:
                 elif r.status != 429:
                     errors.append(f"{r.status} {data[:200]!r}")
             if r.status == 429:
-                time.sleep(float(r.getheader("retry-after", "1")) / 10)
+                time.sleep(float(r.getheader(RETRY_AFTER_HEADER, "1")) / 10)
 
     def reader() -> None:
         with httpx.Client(base_url=node.url, timeout=120) as rc:
@@ -123,14 +130,14 @@ def _exercise(node: NodeProcess, cgroup: MemoryCgroup) -> None:
             while not stop.is_set():
                 r = rc.post(
                     f"/topic/{TOPIC}/records",
-                    params={"page_size": 10_000},
+                    params={"page_size": MAX_PAGE_SIZE},
                     json=cursor,
                     headers={"accept": ARROW_FILE},
                 )
                 if r.status_code != 200:
                     errors.append(f"read {r.status_code} {r.text[:200]}")
                     return
-                status = json.loads(r.headers["x-iteration-status"])
+                status = json.loads(r.headers[ITERATION_STATUS_HEADER])
                 cursor = status["next"] if status["status"] != "All" else {}
 
     def sampler() -> None:
@@ -175,13 +182,13 @@ def _check_every_acknowledged_record(
             while start < spans[-1][1]:
                 r = c.get(
                     f"/topic/{TOPIC}/partition/{partition}/records",
-                    params={"start": start, "page_size": 10_000},
+                    params={"start": start, "page_size": MAX_PAGE_SIZE},
                     headers={"accept": ARROW_FILE},
                 )
                 assert r.status_code == 200, r.text
                 page = pa.ipc.open_file(pa.py_buffer(r.content)).read_all()
                 tables.append(page.select(["writer", "row"]))
-                start = int(r.headers["x-span-end"])
+                start = int(r.headers[SPAN_END_HEADER])
             table = pa.concat_tables(tables)
             first = spans[0][0]
             for s, e, w in spans:

@@ -23,6 +23,7 @@ import httpx
 import pyarrow as pa
 import pytest
 
+from plateau.protocol import JSON
 from tests.arrowhttp import append
 from tests.kubeapi import KubeApi
 from tests.nodeproc import NodeProcess
@@ -277,7 +278,7 @@ class _Catcher(http.server.BaseHTTPRequestHandler):
     def _any(self) -> None:
         _Catcher.seen.append(f"{self.command} {self.path} {self.headers.get('authorization')}")
         self.send_response(200)
-        self.send_header("content-type", "application/json")
+        self.send_header("content-type", JSON)
         self.end_headers()
         self.wfile.write(json.dumps({"capacity_bytes": 1}).encode())
 

@@ -5,7 +5,7 @@ Taken from plateau's ``client/src/lib.rs``: URLs joined the way it joins them
 strings as ``serde_qs`` writes them (lists as percent-encoded indexed
 brackets, ``None`` left out), the iteration body ``null`` for "from the
 start", and the replies read the way it reads them (``/ok`` compared whole,
-``x-iteration-status`` parsed as ``{status, next}``). Sent with
+the iteration-status header parsed as ``{status, next}``). Sent with
 ``http.client`` so that nothing normalises the request on the way.
 """
 
@@ -20,7 +20,8 @@ from typing import Any
 import pyarrow as pa
 import pytest
 
-from tests.arrowhttp import ARROW_FILE, ipc_file
+from plateau.protocol import ARROW_FILE, ITERATION_STATUS_HEADER, JSON, JSON_RECORDS
+from tests.arrowhttp import ipc_file
 from tests.nodeproc import NodeProcess
 from tests.unit.test_focus import inference_logs
 
@@ -105,9 +106,9 @@ def test_the_rust_clients_calls(node: NodeProcess) -> None:
         node,
         "GET",
         "/topic/rust/partition/0/records?start=10&dataset%5B0%5D=time",
-        headers={"accept": "application/json"},
+        headers={"accept": JSON},
     )
-    assert headers["content-type"] == "application/json; format=pandas-records"
+    assert headers["content-type"] == JSON_RECORDS
     assert json.loads(body) == [{"time": 1004}, {"time": 1005}]
 
 
@@ -118,10 +119,10 @@ def iterate(node: NodeProcess, query: str, position: Any) -> tuple[pa.Table, dic
         "POST",
         f"/topic/rust-it/records?{query}",
         json.dumps(position).encode(),
-        {"content-type": "application/json", "accept": ARROW_FILE},
+        {"content-type": JSON, "accept": ARROW_FILE},
     )
     assert status == 200, body
-    reply: dict[str, Any] = json.loads(headers["x-iteration-status"])  # TopicIterationStatus
+    reply: dict[str, Any] = json.loads(headers[ITERATION_STATUS_HEADER])  # TopicIterationStatus
     assert set(reply) == {"status", "next"} and reply["status"] in STATUSES
     assert all(isinstance(v, int) for v in reply["next"].values())
     return arrow(body), reply

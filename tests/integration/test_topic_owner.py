@@ -17,6 +17,7 @@ import httpx
 import pyarrow as pa
 import pytest
 
+from plateau.protocol import JSON
 from tests.arrowhttp import append
 from tests.nodeproc import NodeProcess
 
@@ -119,7 +120,7 @@ def test_delete_naming_another_owner_deletes_nothing(shared: NodeProcess) -> Non
         rows = c.get(
             "/topic/kept/partition/0/records",
             params={"start": 0},
-            headers={"accept": "application/json"},
+            headers={"accept": JSON},
         )
         assert [r["x"] for r in rows.json()] == [1, 2, 3]  # plateau's bare array
         assert get(c, "kept")["owner"] == a

@@ -12,6 +12,7 @@ import uvicorn
 from fastapi import FastAPI
 from pydantic import SecretStr
 
+from plateau.protocol import JSON
 from plateau.server.app import create_app
 from plateau.server.data_plane import DataPlane
 from plateau.server.run import NodeServer
@@ -93,10 +94,10 @@ def test_data_plane_and_fastapi_routes_answer_alike(tmp_path: Path) -> None:
     plane = DataPlane(app, state)
     auth = {"authorization": "Bearer w"}
     body = b'{"records": [{"x": 1}, {"x": 2}]}'
-    json_body = {**auth, "content-type": "application/json"}
+    json_body = {**auth, "content-type": JSON}
     requests: list[tuple[str, str, dict[str, str], bytes]] = [
         ("POST", "/topic/t/partition/0", json_body, body),
-        ("POST", "/topic/t/partition/0", {"content-type": "application/json"}, body),
+        ("POST", "/topic/t/partition/0", {"content-type": JSON}, body),
         ("POST", "/topic/t/partition/0", {**auth, "content-type": "text/csv"}, body),
         ("POST", "/topic/T/partition/0", json_body, body),
         ("GET", "/topic/t/partition/0/records?start=0&page_size=0", {}, b""),

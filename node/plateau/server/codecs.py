@@ -44,10 +44,9 @@ def append_media_type(content_type: str | None) -> str:
 def reply_media_type(accept: str | None) -> str:
     """The reply format: the first one ``Accept`` lists that the node sends (q=0 skipped).
 
-    As plateau: no Accept, ``*/*``, ``application/json`` and ``application/json;
-    format=pandas-records`` get a bare JSON array of records (``JSON``);
-    ``ARROW_FILE`` gets Arrow. Beyond plateau: the Arrow
-    stream format, and ``application/json; format=envelope`` for the records
+    As plateau: no Accept, ``*/*``, ``JSON`` and ``JSON_RECORDS`` get a bare JSON
+    array of records (``JSON``); ``ARROW_FILE`` gets Arrow. Beyond plateau: the Arrow
+    stream format, and ``JSON_ENVELOPE`` for the records
     wrapped in an object with their span or cursor and status (``JSON_ENVELOPE``).
     Anything else is a 406 that lists what the node sends.
     """

@@ -47,7 +47,7 @@ class TimeRange:
 
 
 class RecordStatus(StrEnum):
-    """plateau's iteration status, sent in ``x-iteration-status``."""
+    """plateau's iteration status, sent in ``plateau.protocol.ITERATION_STATUS_HEADER``."""
 
     ALL = "All"
     SCHEMA_CHANGE = "SchemaChange"
