@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from plateau.protocol import HEALTH_PATH, READY_PATH
 from plateau_operator.crd import CHECKSUM_ANNOTATION, GROUP
 from plateau_operator.spec import DATA_DIR, PORT, NodeSpec
 
@@ -146,7 +147,7 @@ def statefulset(spec: NodeSpec, namespace: str, tokens: str = "") -> dict[str, A
     """``tokens`` is ``token_digest`` of the tokens the pod will read."""
     n = names(spec.name)
     secret, key = token_ref(spec)
-    probe = {"httpGet": {"path": "/healthz", "port": "http"}}
+    probe = {"httpGet": {"path": HEALTH_PATH, "port": "http"}}
     container: dict[str, Any] = {
         "name": "node",
         "image": spec.image,
@@ -169,13 +170,13 @@ def statefulset(spec: NodeSpec, namespace: str, tokens: str = "") -> dict[str, A
         ],
         # as the README's "Probes": a wedged engine fails liveness (storage.stall_seconds)
         "startupProbe": {
-            "httpGet": {"path": "/readyz", "port": "http"},
+            "httpGet": {"path": READY_PATH, "port": "http"},
             "periodSeconds": 2,
             "failureThreshold": 900,
         },
         "livenessProbe": {**probe, "periodSeconds": 10, "timeoutSeconds": 5, "failureThreshold": 3},
         "readinessProbe": {
-            "httpGet": {"path": "/readyz", "port": "http"},
+            "httpGet": {"path": READY_PATH, "port": "http"},
             "periodSeconds": 5,
             "timeoutSeconds": 3,
             "failureThreshold": 2,

@@ -20,6 +20,7 @@ from plateau.client.wire import (
     to_table,
     topic_request,
 )
+from plateau.protocol import ADMIN_NODE_PATH, ADMIN_TOPIC_PATH
 from plateau.storage.focus import DataFocus
 from plateau.storage.types import Span
 
@@ -141,17 +142,21 @@ class ClientBase:
                 adopt,
             )
         )
-        return ops.admin(self._state, "PUT", f"/admin/topics/{quote_name(topic)}", request)
+        return ops.admin(
+            self._state, "PUT", ADMIN_TOPIC_PATH.format(topic=quote_name(topic)), request
+        )
 
     def _get_topic(self, topic: str) -> ops.Op[dict[str, Any] | None]:
-        return ops.admin(self._state, "GET", f"/admin/topics/{quote_name(topic)}")
+        return ops.admin(self._state, "GET", ADMIN_TOPIC_PATH.format(topic=quote_name(topic)))
 
     def _delete_topic(
         self, topic: str, owner_uid: str | None = None
     ) -> ops.Op[dict[str, Any] | None]:
         params = [] if owner_uid is None else [("owner_uid", owner_uid)]
-        return ops.admin(self._state, "DELETE", f"/admin/topics/{quote_name(topic)}", params=params)
+        return ops.admin(
+            self._state, "DELETE", ADMIN_TOPIC_PATH.format(topic=quote_name(topic)), params=params
+        )
 
     def _node_info(self, topics: bool = False) -> ops.Op[dict[str, Any] | None]:
         params = [("topics", "true")] if topics else []
-        return ops.admin(self._state, "GET", "/admin/node", params=params)
+        return ops.admin(self._state, "GET", ADMIN_NODE_PATH, params=params)

@@ -47,7 +47,15 @@ from plateau.client.wire import (
     split_rows,
     time_params,
 )
-from plateau.protocol import ARROW_FILE, JSON
+from plateau.protocol import (
+    APPEND_PATH,
+    ARROW_FILE,
+    ITERATE_PATH,
+    JSON,
+    READ_PARTITION_PATH,
+    TOPIC_PATH,
+    TOPICS_PATH,
+)
 from plateau.storage.focus import DataFocus
 from plateau.storage.types import RecordStatus, Span
 
@@ -142,12 +150,12 @@ def request_json(call: Call, state: ClientState) -> Op[Any]:
 
 
 def topics(state: ClientState) -> Op[list[str]]:
-    body = yield from request_json(Call("GET", "/topics"), state)
+    body = yield from request_json(Call("GET", TOPICS_PATH), state)
     return [str(t["name"]) for t in body.get("topics", [])]
 
 
 def topic(state: ClientState, name: str) -> Op[TopicInfo]:
-    body = yield from request_json(Call("GET", f"/topic/{quote_name(name)}"), state)
+    body = yield from request_json(Call("GET", TOPIC_PATH.format(topic=quote_name(name))), state)
     return parse_topic_info(body)
 
 
@@ -161,7 +169,7 @@ def append(state: ClientState, topic: str, partition: str, table: pa.Table) -> O
     """
     if table.num_rows == 0:
         raise PlateauClientError(None, "nothing to append: the table has no rows")
-    path = f"/topic/{quote_name(topic)}/partition/{quote_name(partition)}"
+    path = APPEND_PATH.format(topic=quote_name(topic), partition=quote_name(partition))
     pending: deque[pa.Table] = deque([table])
     first: Span | None = None
     last: Span | None = None
@@ -216,7 +224,7 @@ def read(
 ) -> Op[PartitionPage]:
     params = [("start", str(start)), ("page_size", str(page_size))]
     params += time_params(time_start, time_end) + focus_params(focus)
-    path = f"/topic/{quote_name(topic)}/partition/{quote_name(partition)}/records"
+    path = READ_PARTITION_PATH.format(topic=quote_name(topic), partition=quote_name(partition))
     call = Call("GET", path, params=params, headers={"accept": ARROW_FILE})
     reply = yield from request(call, state)
     return parse_partition_page(reply, start)
@@ -265,7 +273,7 @@ def iterate(
     params = [("page_size", str(page_size)), ("order", order)]
     params += [("partition_filter", p) for p in partition_filter or ()]
     params += time_params(time_start, time_end) + focus_params(focus)
-    path = f"/topic/{quote_name(topic)}/records"
+    path = ITERATE_PATH.format(topic=quote_name(topic))
     position = dict(cursor or {})
     while True:
         call = Call(

@@ -38,17 +38,51 @@ DEFAULT_PAGE_SIZE = 1000
 MAX_PAGE_SIZE = 10_000
 """The largest ``page_size`` the node accepts; larger is a 400."""
 
+# --- paths (OpenAPI form: ``{topic}`` and ``{partition}`` are percent-encoded names) --------
+TOPICS_PATH = "/topics"
+TOPIC_PATH = "/topic/{topic}"
+APPEND_PATH = f"{TOPIC_PATH}/partition/{{partition}}"
+READ_PARTITION_PATH = f"{APPEND_PATH}/records"
+ITERATE_PATH = f"{TOPIC_PATH}/records"
+ADMIN_PREFIX = "/admin"
+"""The admin routes' common prefix: they need a write token."""
+ADMIN_TOPIC_PATH = f"{ADMIN_PREFIX}/topics/{{topic}}"
+ADMIN_NODE_PATH = f"{ADMIN_PREFIX}/node"
+OK_PATH = "/ok"
+HEALTH_PATH = "/healthz"
+READY_PATH = "/readyz"
+METRICS_PATH = "/metrics"
+
+
+def server_route(path: str) -> str:
+    """A path above as the server routes it: a name may hold ``/`` (sent as ``%2F``)."""
+    return path.replace("{topic}", "{topic:path}").replace("{partition}", "{partition:path}")
+
+
 __all__ = [
+    "ADMIN_NODE_PATH",
+    "ADMIN_PREFIX",
+    "ADMIN_TOPIC_PATH",
+    "APPEND_PATH",
     "ARROW_FILE",
     "ARROW_STREAM",
     "DEFAULT_PAGE_SIZE",
+    "HEALTH_PATH",
+    "ITERATE_PATH",
     "ITERATION_STATUS_HEADER",
     "JSON",
     "JSON_ENVELOPE",
     "JSON_RECORDS",
     "MAX_PAGE_SIZE",
     "MAX_REQUEST_SIZE_HEADER",
+    "METRICS_PATH",
+    "OK_PATH",
+    "READY_PATH",
+    "READ_PARTITION_PATH",
     "RETRY_AFTER_HEADER",
     "SPAN_END_HEADER",
     "SPAN_START_HEADER",
+    "TOPICS_PATH",
+    "TOPIC_PATH",
+    "server_route",
 ]

@@ -37,6 +37,7 @@ from starlette.responses import Response
 from starlette.routing import compile_path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from plateau import protocol
 from plateau.metrics import APPEND_STAGE_SECONDS, REJECTED_APPENDS
 from plateau.protocol import (
     DEFAULT_PAGE_SIZE,
@@ -47,6 +48,7 @@ from plateau.protocol import (
     MAX_PAGE_SIZE,
     SPAN_END_HEADER,
     SPAN_START_HEADER,
+    server_route,
 )
 from plateau.server.auth import bearer_token, check_token
 from plateau.server.body import read_body
@@ -258,9 +260,9 @@ def _route(method: str, path: str, handler: Handler) -> _Route:
     return _Route(method, pattern, handler)
 
 
-READ_PARTITION_PATH = "/topic/{topic:path}/partition/{partition:path}/records"
-APPEND_PATH = "/topic/{topic:path}/partition/{partition:path}"
-ITERATE_PATH = "/topic/{topic:path}/records"
+READ_PARTITION_PATH = server_route(protocol.READ_PARTITION_PATH)
+APPEND_PATH = server_route(protocol.APPEND_PATH)
+ITERATE_PATH = server_route(protocol.ITERATE_PATH)
 
 ROUTES = (  # in FastAPI's order (routes_data), so the same route wins for the same request
     _route("GET", READ_PARTITION_PATH, read_partition),

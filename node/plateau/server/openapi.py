@@ -15,6 +15,7 @@ from typing import Any
 
 from fastapi import FastAPI
 
+from plateau import protocol
 from plateau.protocol import JSON
 from plateau.server.models import Records, TopicRecords
 from plateau.storage.names import NAME_PATTERN, NAME_RULE
@@ -63,15 +64,15 @@ CURSOR = {
 
 EXAMPLES = {"topic": "events", "partition": "0"}
 OPERATION_IDS = {
-    ("get", "/topics"): "listTopics",
-    ("get", "/topic/{topic}"): "topicPartitions",
-    ("post", "/topic/{topic}/partition/{partition}"): "appendRecords",
-    ("get", "/topic/{topic}/partition/{partition}/records"): "readPartition",
-    ("post", "/topic/{topic}/records"): "iterateTopic",
-    ("put", "/admin/topics/{topic}"): "putTopic",
-    ("get", "/admin/topics/{topic}"): "getTopic",
-    ("delete", "/admin/topics/{topic}"): "deleteTopic",
-    ("get", "/admin/node"): "nodeUsage",
+    ("get", protocol.TOPICS_PATH): "listTopics",
+    ("get", protocol.TOPIC_PATH): "topicPartitions",
+    ("post", protocol.APPEND_PATH): "appendRecords",
+    ("get", protocol.READ_PARTITION_PATH): "readPartition",
+    ("post", protocol.ITERATE_PATH): "iterateTopic",
+    ("put", protocol.ADMIN_TOPIC_PATH): "putTopic",
+    ("get", protocol.ADMIN_TOPIC_PATH): "getTopic",
+    ("delete", protocol.ADMIN_TOPIC_PATH): "deleteTopic",
+    ("get", protocol.ADMIN_NODE_PATH): "nodeUsage",
 }
 
 _TOPIC = {"topic": "$request.path.topic"}

@@ -21,7 +21,7 @@ from fastapi import APIRouter, Query, Request, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
-from plateau.protocol import JSON
+from plateau.protocol import ADMIN_NODE_PATH, ADMIN_PREFIX, ADMIN_TOPIC_PATH, JSON, server_route
 from plateau.server.auth import WriteAccess
 from plateau.server.body import read_body
 from plateau.server.errors import describe_validation_errors
@@ -41,7 +41,8 @@ from plateau.storage.ownership import owner_json
 from plateau.storage.topic_config import TopicConfigRequest
 from plateau.storage.types import TopicUsage
 
-router = APIRouter(prefix="/admin", tags=["admin"], dependencies=[WriteAccess])
+_TOPIC = server_route(ADMIN_TOPIC_PATH).removeprefix(ADMIN_PREFIX)
+router = APIRouter(prefix=ADMIN_PREFIX, tags=["admin"], dependencies=[WriteAccess])
 
 MAX_CONFIG_BYTES = 64 * 1024
 REQUEST_SCHEMA_REF = {"$ref": "#/components/schemas/TopicConfigRequest"}
@@ -58,7 +59,7 @@ def parse_config_request(body: bytes) -> TopicConfigRequest:
 
 
 @router.put(
-    "/topics/{topic:path}",
+    _TOPIC,
     summary="Create or update a topic",
     description="Every field is optional: one left out keeps its current value (or takes the "
     "node's default for a new topic). 201 when created, 200 when updated; the reply is the "
@@ -89,7 +90,7 @@ async def put_topic(request: Request, topic: str) -> Response:
 
 
 @router.get(
-    "/topics/{topic:path}",
+    _TOPIC,
     summary="A topic's configuration and usage",
     response_model=TopicStatus,
     responses=ERROR_RESPONSES,
@@ -130,7 +131,7 @@ def _usage_json(usage: TopicUsage) -> dict[str, Any]:
 
 
 @router.delete(
-    "/topics/{topic:path}",
+    _TOPIC,
     summary="Delete a topic and all its data",
     description="With owner_uid, only if the topic's owner has that uid: else 409 "
     "OwnerConflict and nothing is deleted (an owner never deletes a topic another took).",
@@ -154,7 +155,7 @@ async def delete_topic(
 
 
 @router.get(
-    "/node",
+    ADMIN_NODE_PATH.removeprefix(ADMIN_PREFIX),
     summary="Node capacity and usage",
     response_model=NodeUsageModel,
     responses={401: ERROR_RESPONSES[401]},

@@ -31,6 +31,9 @@ from plateau.protocol import (
     MAX_REQUEST_SIZE_HEADER,
     SPAN_END_HEADER,
     SPAN_START_HEADER,
+    TOPIC_PATH,
+    TOPICS_PATH,
+    server_route,
 )
 from plateau.server import data_plane
 from plateau.server.auth import ReadAccess
@@ -131,7 +134,7 @@ def _replies(envelope: str, status: str) -> dict[int | str, dict[str, Any]]:
 
 
 @router.get(
-    "/topics",
+    TOPICS_PATH,
     summary="List topics",
     response_model=Topics,
     responses=ERROR_RESPONSES,
@@ -250,7 +253,7 @@ async def iterate_topic(request: Request, topic: str) -> Response:
 
 
 @router.get(
-    "/topic/{topic:path}",
+    server_route(TOPIC_PATH),
     summary="Partitions of a topic and their spans",
     response_model=Partitions,
     responses=ERROR_RESPONSES,

@@ -6,6 +6,7 @@ from fastapi import APIRouter, Request, Response
 from prometheus_client import REGISTRY, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_PLAIN_0_0_4
 
+from plateau.protocol import HEALTH_PATH, METRICS_PATH, OK_PATH, READY_PATH
 from plateau.server.errors import error_response
 from plateau.server.jsonout import json_reply
 from plateau.server.state import node_state
@@ -13,13 +14,13 @@ from plateau.server.state import node_state
 router = APIRouter(tags=["operations"])
 
 
-@router.get("/ok", summary="Liveness (plateau's route)")
+@router.get(OK_PATH, summary="Liveness (plateau's route)")
 async def ok() -> Response:
     return json_reply({"ok": "true"})  # exactly: plateau's client compares the body
 
 
 @router.get(
-    "/healthz",
+    HEALTH_PATH,
     summary="Liveness: the engine makes progress",
     description="503 when engine work is in progress and none of it finished for "
     "`storage.stall_seconds` (a wedged node): the kubelet should restart the pod.",
@@ -34,7 +35,7 @@ async def healthz(request: Request) -> Response:
 
 
 @router.get(
-    "/readyz",
+    READY_PATH,
     summary="Readiness: the engine is open, makes progress, and the node is not shutting down",
     responses={503: {"description": "Starting, shutting down or stalled."}},
 )
@@ -48,6 +49,6 @@ async def readyz(request: Request) -> Response:
     return json_reply({"status": "ready"})
 
 
-@router.get("/metrics", summary="Prometheus metrics", response_class=Response)
+@router.get(METRICS_PATH, summary="Prometheus metrics", response_class=Response)
 async def metrics() -> Response:
     return Response(generate_latest(REGISTRY), media_type=CONTENT_TYPE_PLAIN_0_0_4)
