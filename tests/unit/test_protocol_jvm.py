@@ -83,6 +83,14 @@ def test_the_jvm_accepts_arrow_files() -> None:
     assert value == protocol.ARROW_FILE
 
 
+def test_the_jvm_reads_the_partition_records_path() -> None:
+    """``uri.append("/topic/")...append("/records?...")``: the segments between the names."""
+    source = (JVM_SOURCES / "io" / "plateau" / "spark" / "NodeClient.java").read_text()
+    segments = [s.split("?", 1)[0] for s in re.findall(r'\.append\("(/[^"]*)"\)', source)]
+    built = segments[0] + "{topic}" + segments[1] + "{partition}" + segments[2]
+    assert built == protocol.READ_PARTITION_PATH
+
+
 @pytest.mark.parametrize(
     ("java", "ok"),
     [
