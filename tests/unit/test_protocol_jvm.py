@@ -94,8 +94,8 @@ def test_the_jvm_reads_the_partition_records_path() -> None:
 @pytest.mark.parametrize(
     ("java", "ok"),
     [
-        ('static final String ARROW_FILE = "application/vnd.apache.arrow.file";', True),
-        ('static final String ARROW_FILE = "application/vnd.apache.arrow.stream";', False),
+        (f'static final String ARROW_FILE = "{protocol.ARROW_FILE}";', True),
+        (f'static final String ARROW_FILE = "{protocol.ARROW_STREAM}";', False),
     ],
 )
 def test_the_parser_sees_a_changed_constant(java: str, ok: bool) -> None:
