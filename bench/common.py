@@ -2,7 +2,7 @@
 
 Nothing here imports ``plateau``: the benchmarks talk to a real node over
 loopback HTTP, like any client would, and start it as a subprocess
-(``tests.nodeproc.NodeProcess``, as the tests do) so that its CPU, memory and
+(``testkit.nodeproc.NodeProcess``, as the tests do) so that its CPU, memory and
 I/O are measured apart from the clients'.
 """
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.memcg, tests.nodeproc
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # testkit.memcg, testkit.nodeproc
 
 import httpx
 
@@ -59,8 +59,8 @@ from common import (
 )
 from plateau.protocol import ARROW_FILE, RETRY_AFTER_HEADER
 from plateau.settings import StorageSettings
-from tests.memcg import MemoryCgroup
-from tests.nodeproc import NodeProcess
+from testkit.memcg import MemoryCgroup
+from testkit.nodeproc import NodeProcess
 
 TOPIC = "bench"
 BASELINE_TOPIC = "bench-baseline"

@@ -29,9 +29,9 @@ import pyarrow as pa
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import emit, make_table
-from plateau.storage.files import PageDropper
-from plateau.storage.recovery import read_open_file
-from plateau.storage.sealed import write_sealed
+from plateau.storage.data.durable_io import PageDropper
+from plateau.storage.data.recovery import read_open_file
+from plateau.storage.data.sealed_writer import write_sealed
 
 MiB = 1024 * 1024
 

@@ -35,7 +35,7 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # tests.nodeproc
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # testkit.nodeproc
 
 import read_focus
 from clients import CLIENTS, Reply, open_client
@@ -60,7 +60,7 @@ from common import (
     usage,
 )
 from plateau.protocol import ARROW_FILE, ITERATION_STATUS_HEADER, JSON, SPAN_END_HEADER
-from tests.nodeproc import NodeProcess
+from testkit.nodeproc import NodeProcess
 
 TOPIC = "bench"
 

@@ -36,7 +36,7 @@ from common import (
     log,
     make_data_dir,
 )
-from tests.nodeproc import NodeProcess
+from testkit.nodeproc import NodeProcess
 
 TOPIC = "wide"
 COLUMNS = 20

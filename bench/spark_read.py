@@ -63,7 +63,7 @@ from common import (
 )
 from plateau.protocol import ARROW_FILE
 from read import iterate_topic
-from tests.nodeproc import NodeProcess
+from testkit.nodeproc import NodeProcess
 
 PARTITIONS = 4
 BATCH = 50_000

@@ -1,4 +1,4 @@
-"""Every test runs with the lock-order check on (``plateau.storage.locks``): an engine
+"""Every test runs with the lock-order check on (``plateau.storage.catalog.locks``): an engine
 lock taken out of order raises at once, in process and in node subprocesses (which
 inherit the environment), whether or not that run's timing would deadlock."""
 
@@ -6,6 +6,6 @@ from __future__ import annotations
 
 import os
 
-from plateau.storage.locks import CHECK_ENV
+from plateau.storage.catalog.locks import CHECK_ENV
 
 os.environ.setdefault(CHECK_ENV, "1")

@@ -32,8 +32,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from plateau.protocol import ARROW_FILE, ITERATION_STATUS_HEADER, JSON  # noqa: E402
-from tests.arrowhttp import ipc_file  # noqa: E402
-from tests.nodeproc import NodeProcess  # noqa: E402
+from testkit.arrowhttp import ipc_file  # noqa: E402
+from testkit.nodeproc import NodeProcess  # noqa: E402
 
 ROWS = 5
 

@@ -70,7 +70,7 @@ def connect(
     """A client for the command (its connection options over those before it, see
     ``plateau.cli_options``), turning every expected failure into one ``error:`` line."""
     from plateau.client import PlateauClient, PlateauClientError
-    from plateau.client.files import FileFormatError
+    from plateau.client.file_formats import FileFormatError
 
     try:
         remote = resolve(ctx, url, token, timeout)
@@ -183,7 +183,7 @@ def append(
 ) -> None:
     """Append files to a partition in order; prints the span of indexes they got."""
     from plateau.client import PlateauClientError
-    from plateau.client.files import FileFormatError, open_source
+    from plateau.client.file_formats import FileFormatError, open_source
     from plateau.client.render import progress_bar
 
     with connect(ctx, url, token, timeout) as client:
@@ -266,7 +266,7 @@ def read(
     timeout: TimeoutOpt = None,
 ) -> None:
     """Read a partition from --start to its current end (or --limit rows)."""
-    from plateau.client.files import json_lines, write_arrow_file
+    from plateau.client.file_formats import json_lines, write_arrow_file
     from plateau.client.render import rows_table
 
     if output_format not in ("table", "jsonl", "arrow"):
@@ -312,7 +312,7 @@ def tail(
     timeout: TimeoutOpt = None,
 ) -> None:
     """Print a topic's rows as JSON lines, across partitions, as they arrive."""
-    from plateau.client.files import json_lines
+    from plateau.client.file_formats import json_lines
 
     focus = _focus(dataset, exclude, separator, max_column_bytes)
     with connect(ctx, url, token, timeout) as client:
@@ -520,7 +520,9 @@ def spark_conf(
     that fit the nodes, and the node's volume mounted read-only (--mode path) or its
     Service with the read token from its Secret (--mode url; the token itself is never
     read nor printed)."""
-    from plateau.spark import kubeconf, kubejob, kubesizing
+    from plateau.spark.kube import conf as kubeconf
+    from plateau.spark.kube import job as kubejob
+    from plateau.spark.kube import sizing as kubesizing
 
     if fmt not in kubeconf.FORMATS:
         fail(f"--format must be one of {', '.join(kubeconf.FORMATS)}, not {fmt!r}")

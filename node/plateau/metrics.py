@@ -12,7 +12,7 @@ import pyarrow as pa
 from prometheus_client import Counter, Gauge, Histogram
 
 if TYPE_CHECKING:
-    from plateau.storage.memory import MemoryBudget
+    from plateau.storage.catalog.memory import MemoryBudget
 
 APPENDED_ROWS = Counter("plateau_appended_rows_total", "Rows acknowledged", ["topic"])
 APPENDED_BYTES = Counter(

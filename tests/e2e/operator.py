@@ -12,8 +12,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Any
 
+from testkit.kubeapi import binaries
 from tests.e2e.kube import IMAGE, PULL_POLICY, ROOT, Kube, new_namespace
-from tests.kubeapi import binaries
 
 CHART = ROOT / "charts" / "plateau"
 CRDS = ROOT / "crds"

@@ -5,8 +5,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.kubeapi import ROOT, KubeApi
-from tests.nodeproc import NodeProcess
+from testkit.kubeapi import ROOT, KubeApi
+from testkit.nodeproc import NodeProcess
 
 
 @pytest.fixture

@@ -7,8 +7,8 @@ import httpx
 import pyarrow as pa
 
 from plateau.client import PlateauClient
-from tests.arrowhttp import append
-from tests.nodeproc import NodeProcess
+from testkit.arrowhttp import append
+from testkit.nodeproc import NodeProcess
 
 
 def test_node_usage_with_topics_gives_each_topics_usage_as_get_topic_does(

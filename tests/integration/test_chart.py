@@ -17,10 +17,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from plateau_operator import resources, telemetry
 from plateau_operator.spec import DEFAULT_IMAGE, NodeSpec
-from tests.kubeapi import ROOT, KubeApi, binaries
-from tests.kubeschemas import TEMPLATE as SCHEMA_TEMPLATE
-from tests.kubeschemas import write_schemas
-from tests.nodeproc import NodeProcess
+from testkit.kubeapi import ROOT, KubeApi, binaries
+from testkit.kubeschemas import TEMPLATE as SCHEMA_TEMPLATE
+from testkit.kubeschemas import write_schemas
+from testkit.nodeproc import NodeProcess
 
 CHART = ROOT / "charts" / "plateau"
 METRIC = re.compile(r"\bplateau_[a-z_]+")

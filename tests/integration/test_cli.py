@@ -19,7 +19,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from plateau.cli import app
-from tests.nodeproc import NodeProcess
+from testkit.nodeproc import NodeProcess
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from plateau.cli import app
-from tests.nodeproc import NodeProcess
+from testkit.nodeproc import NodeProcess
 
 TOKEN = "cli-options-token"
 DEAD_URL = "http://127.0.0.1:9"  # nothing listens: reaching it fails at once

@@ -22,7 +22,7 @@ from plateau.client import (
     RecordTooLargeError,
 )
 from plateau.storage.types import RecordStatus, Span
-from tests.nodeproc import NodeProcess, metric_values
+from testkit.nodeproc import NodeProcess, metric_values
 
 
 @pytest.fixture(scope="module")

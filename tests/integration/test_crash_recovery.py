@@ -11,8 +11,8 @@ import httpx
 import pyarrow as pa
 import pytest
 
-from tests.arrowhttp import append, read_all
-from tests.nodeproc import NodeProcess
+from testkit.arrowhttp import append, read_all
+from testkit.nodeproc import NodeProcess
 
 
 def writer(

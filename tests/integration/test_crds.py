@@ -14,7 +14,7 @@ import pytest
 import yaml
 
 from plateau_operator.resources import names
-from tests.kubeapi import ROOT, KubeApi
+from testkit.kubeapi import ROOT, KubeApi
 
 NS = "default"
 WHOLE = "must be a whole number of bytes: not milli (500m is half a byte; write 500M or 500Mi)"

@@ -17,9 +17,9 @@ import pytest
 
 from plateau.client import DataFocus, PlateauClient
 from plateau.protocol import ARROW_FILE, ITERATION_STATUS_HEADER, JSON_RECORDS
-from tests.arrowhttp import append_retrying
+from testkit.arrowhttp import append_retrying
+from testkit.nodeproc import NodeProcess
 from tests.integration.test_cli import one_error_line, run
-from tests.nodeproc import NodeProcess
 from tests.unit.test_focus import TENSOR, inference_logs
 
 ROWS = 6  # per append; 4 appends of which the first ones are sealed (max_rows 8)

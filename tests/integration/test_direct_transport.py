@@ -29,7 +29,7 @@ from plateau.client import (
 )
 from plateau.client.direct import DirectTransport
 from plateau.storage.focus import DataFocus
-from tests.nodeproc import NodeProcess
+from testkit.nodeproc import NodeProcess
 
 ROWS = 5_000
 KEEP_ALIVE_S = 5.0  # uvicorn's default: the node closes a connection idle this long

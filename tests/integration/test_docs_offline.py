@@ -31,7 +31,7 @@ from urllib.parse import urljoin, urlsplit
 import httpx
 import pytest
 
-from tests.nodeproc import NodeProcess
+from testkit.nodeproc import NodeProcess
 
 IN_CI = os.environ.get("CI") == "true"
 PAGES = ["/docs", "/redoc"]

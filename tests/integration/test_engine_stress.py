@@ -23,7 +23,7 @@ from plateau.settings import StorageSettings
 from plateau.storage.engine import Engine
 from plateau.storage.errors import Busy
 from plateau.storage.topic_config import TopicConfigRequest
-from tests.stress import assert_indexes_never_reused, operator_mix, run_stress
+from testkit.stress import assert_indexes_never_reused, operator_mix, run_stress
 
 SECONDS = 6.0
 STALL = 3.0

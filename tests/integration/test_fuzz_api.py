@@ -16,8 +16,8 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
-from tests.arrowhttp import append
-from tests.nodeproc import NodeProcess
+from testkit.arrowhttp import append
+from testkit.nodeproc import NodeProcess
 
 BUDGET_SECONDS = 45
 

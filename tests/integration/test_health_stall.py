@@ -21,8 +21,8 @@ from plateau.server.app import create_app
 from plateau.server.data_plane import DataPlane
 from plateau.settings import NodeSettings, StorageSettings
 from plateau.storage.engine import Engine
-from tests.arrowhttp import append
-from tests.nodeproc import free_port
+from testkit.arrowhttp import append
+from testkit.nodeproc import free_port
 
 STALL_SECONDS = 1.0
 

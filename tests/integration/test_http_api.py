@@ -23,8 +23,8 @@ from plateau.protocol import (
     SPAN_END_HEADER,
     SPAN_START_HEADER,
 )
-from tests.arrowhttp import ipc_file, ipc_stream
-from tests.nodeproc import NodeProcess, metric_values
+from testkit.arrowhttp import ipc_file, ipc_stream
+from testkit.nodeproc import NodeProcess, metric_values
 
 _names = itertools.count()
 

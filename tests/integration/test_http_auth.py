@@ -11,7 +11,7 @@ import pyarrow.ipc as ipc
 import pytest
 
 from plateau.protocol import ARROW_FILE
-from tests.nodeproc import NodeProcess
+from testkit.nodeproc import NodeProcess
 
 
 def body() -> bytes:

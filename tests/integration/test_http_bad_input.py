@@ -17,8 +17,8 @@ import pyarrow as pa
 import pytest
 
 from plateau.protocol import ARROW_FILE, ARROW_STREAM, JSON, MAX_PAGE_SIZE, MAX_REQUEST_SIZE_HEADER
-from tests.arrowhttp import ipc_file, ipc_stream
-from tests.nodeproc import NodeProcess
+from testkit.arrowhttp import ipc_file, ipc_stream
+from testkit.nodeproc import NodeProcess
 
 TOKEN = "test-token"
 AUTH = {"Authorization": f"Bearer {TOKEN}"}

@@ -18,9 +18,9 @@ import httpx
 import pyarrow as pa
 import pytest
 
-from tests.arrowhttp import append
-from tests.nodeproc import NodeProcess
-from tests.stress import assert_indexes_never_reused, operator_mix, run_stress
+from testkit.arrowhttp import append
+from testkit.nodeproc import NodeProcess
+from testkit.stress import assert_indexes_never_reused, operator_mix, run_stress
 
 SECONDS = 6.0
 STALL = 3.0

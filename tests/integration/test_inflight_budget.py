@@ -18,8 +18,8 @@ import pyarrow as pa
 import pytest
 
 from plateau.protocol import ARROW_FILE, RETRY_AFTER_HEADER
-from tests.arrowhttp import append, ipc_file
-from tests.nodeproc import NodeProcess, metric_values
+from testkit.arrowhttp import append, ipc_file
+from testkit.nodeproc import NodeProcess, metric_values
 
 BUDGET = 300_000
 

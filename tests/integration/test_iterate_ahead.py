@@ -11,8 +11,8 @@ import pyarrow as pa
 import pytest
 
 from plateau.protocol import ARROW_FILE
-from tests.arrowhttp import append_retrying, iterate
-from tests.nodeproc import NodeProcess, metric_values
+from testkit.arrowhttp import append_retrying, iterate
+from testkit.nodeproc import NodeProcess, metric_values
 
 PARTITIONS = 3
 

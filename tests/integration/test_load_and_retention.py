@@ -13,8 +13,8 @@ import pyarrow as pa
 import pytest
 
 from plateau.protocol import RETRY_AFTER_HEADER
-from tests.arrowhttp import append, iterate, read_all
-from tests.nodeproc import NodeProcess
+from testkit.arrowhttp import append, iterate, read_all
+from testkit.nodeproc import NodeProcess
 
 
 def payload(rows: int, width: int = 100) -> pa.Table:

@@ -32,9 +32,9 @@ from plateau.protocol import (
     SPAN_END_HEADER,
 )
 from plateau.settings import StorageSettings
-from tests.arrowhttp import ipc_file
-from tests.memcg import MemoryCgroup
-from tests.nodeproc import NodeProcess
+from testkit.arrowhttp import ipc_file
+from testkit.memcg import MemoryCgroup
+from testkit.nodeproc import NodeProcess
 
 GiB = 1 << 30
 MiB = 1 << 20

@@ -22,10 +22,10 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.arrowhttp import append
-from tests.kubeapi import KubeApi
-from tests.nodeproc import NodeProcess
-from tests.operatorproc import NODE_TOKEN, Operator, managed_node, running_operator, wait_until
+from testkit.arrowhttp import append
+from testkit.kubeapi import KubeApi
+from testkit.nodeproc import NodeProcess
+from testkit.operatorproc import NODE_TOKEN, Operator, managed_node, running_operator, wait_until
 
 NS = "default"
 TOKEN = NODE_TOKEN

@@ -17,9 +17,9 @@ import pyarrow as pa
 import pytest
 
 from plateau.client import PlateauClient
-from tests.kubeapi import KubeApi
-from tests.nodeproc import NodeProcess
-from tests.operatorproc import (
+from testkit.kubeapi import KubeApi
+from testkit.nodeproc import NodeProcess
+from testkit.operatorproc import (
     NODE_TOKEN,
     RESYNC_SECONDS,
     Operator,

@@ -24,10 +24,10 @@ import pyarrow as pa
 import pytest
 
 from plateau.protocol import JSON
-from tests.arrowhttp import append
-from tests.kubeapi import KubeApi
-from tests.nodeproc import NodeProcess
-from tests.operatorproc import (
+from testkit.arrowhttp import append
+from testkit.kubeapi import KubeApi
+from testkit.nodeproc import NodeProcess
+from testkit.operatorproc import (
     NODE_TOKEN,
     RESYNC_SECONDS,
     Operator,

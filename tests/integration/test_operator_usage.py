@@ -20,8 +20,8 @@ from plateau_operator.serial import Key, ObjectLocks
 from plateau_operator.settings import OperatorSettings
 from plateau_operator.status import topic_usage
 from plateau_operator.usage import UsagePoller
-from tests.arrowhttp import append
-from tests.nodeproc import NodeProcess
+from testkit.arrowhttp import append
+from testkit.nodeproc import NodeProcess
 
 TOKEN = "usage-token"
 NODE: Key = ("PlateauNode", "ns", "n")

@@ -21,8 +21,8 @@ import pyarrow as pa
 import pytest
 
 from plateau.protocol import ARROW_FILE, ITERATION_STATUS_HEADER, JSON, JSON_RECORDS
-from tests.arrowhttp import ipc_file
-from tests.nodeproc import NodeProcess
+from testkit.arrowhttp import ipc_file
+from testkit.nodeproc import NodeProcess
 from tests.unit.test_focus import inference_logs
 
 STATUSES = {"All", "SchemaChange", "RecordLimited", "ByteLimited"}

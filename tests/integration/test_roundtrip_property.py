@@ -14,8 +14,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from tests.arrowhttp import append, read
-from tests.nodeproc import NodeProcess
+from testkit.arrowhttp import append, read
+from testkit.nodeproc import NodeProcess
 
 primitive = st.sampled_from(
     [

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.kubeapi import KubeApi
+from testkit.kubeapi import KubeApi
 
 NS = "spark-conf"
 

@@ -18,8 +18,8 @@ import pyarrow as pa
 import pytest
 
 from plateau.protocol import JSON
-from tests.arrowhttp import append
-from tests.nodeproc import NodeProcess
+from testkit.arrowhttp import append
+from testkit.nodeproc import NodeProcess
 
 TOKEN = "owner-token"
 GB = 10**9

@@ -16,7 +16,7 @@ from typer.testing import CliRunner
 
 from plateau.cli import app
 from plateau.client import AsyncPlateauClient, ConflictError, PlateauClient
-from tests.nodeproc import NodeProcess
+from testkit.nodeproc import NodeProcess
 
 TOKEN = "client-token"
 A = {"kind": "PlateauTopic", "namespace": "team-a", "name": "events", "uid": "uid-a"}

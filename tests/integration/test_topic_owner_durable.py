@@ -9,7 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from plateau.client import PlateauClient
-from tests.nodeproc import NodeProcess
+from testkit.nodeproc import NodeProcess
 
 TOKEN = "durable-token"
 A = {"kind": "PlateauTopic", "namespace": "team-a", "name": "events", "uid": "uid-a"}

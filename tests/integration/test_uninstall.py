@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.kubeapi import ROOT, KubeApi, binaries
+from testkit.kubeapi import ROOT, KubeApi, binaries
 
 CHART = ROOT / "charts" / "plateau"
 SYSTEM = "plateau-system"

@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 import plateau.spark
-from tests.nodeproc import NodeProcess
+from testkit.nodeproc import NodeProcess
 
 IN_CI = os.environ.get("CI") == "true"
 

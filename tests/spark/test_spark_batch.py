@@ -15,7 +15,7 @@ import pytest
 
 import plateau.spark
 from plateau.client import PlateauClient
-from tests.nodeproc import NodeProcess
+from testkit.nodeproc import NodeProcess
 from tests.spark.topics import STEP_MS, T0_MS, expected_time, fill, rows, value, wait_sealed
 
 PARTS = ["0", "1", "2"]

@@ -16,7 +16,7 @@ import pytest
 
 import plateau.spark
 from plateau.client import PlateauClient
-from tests.nodeproc import ROOT, NodeProcess
+from testkit.nodeproc import ROOT, NodeProcess
 from tests.spark.conftest import IN_CI
 from tests.spark.topics import fill, value, wait_sealed
 

@@ -25,7 +25,7 @@ from typing import Any
 import pytest
 
 from plateau.client import PlateauClient
-from tests.nodeproc import NodeProcess
+from testkit.nodeproc import NodeProcess
 from tests.spark.conftest import IN_CI
 from tests.spark.topics import rows, snapshot_ends
 

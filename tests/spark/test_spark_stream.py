@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from plateau.client import PlateauClient
-from tests.nodeproc import NodeProcess
+from testkit.nodeproc import NodeProcess
 from tests.spark.topics import rows, snapshot_ends, value
 
 PARTS = ["0", "1"]

@@ -16,7 +16,7 @@ import pytest
 
 import plateau.spark
 from plateau.client import PlateauClient
-from tests.nodeproc import ROOT, NodeProcess
+from testkit.nodeproc import ROOT, NodeProcess
 from tests.spark.topics import fill
 
 WRITE = "w-token-env"

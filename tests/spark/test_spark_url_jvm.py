@@ -19,7 +19,7 @@ import pytest
 
 import plateau.spark
 from plateau.client import PlateauClient
-from tests.nodeproc import NodeProcess
+from testkit.nodeproc import NodeProcess
 from tests.spark.test_spark_batch import expect, keyed, load
 from tests.spark.topics import STEP_MS, T0_MS, expected_time, fill, rows, value
 
@@ -228,7 +228,7 @@ def test_types_spark_cannot_read_from_arrow_are_converted(spark: Any, node: Node
 def test_types_it_cannot_pass_read_through_python(
     spark: Any, node: NodeProcess, caplog: pytest.LogCaptureFixture
 ) -> None:
-    with caplog.at_level(logging.WARNING, logger="plateau.spark.remote_jvm"):
+    with caplog.at_level(logging.WARNING, logger="plateau.spark.url_jvm"):
         df = plateau.spark.read_topic(spark, url=node.url, token=READ, topic="nested")
     assert "PlateauUrlScan" not in plan_of(df)
     assert "column 'n' is struct<u: uint32>" in caplog.text

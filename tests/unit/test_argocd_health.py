@@ -9,7 +9,7 @@ import pytest
 from lupa import LuaRuntime
 
 from plateau_operator.status import set_condition
-from tests.kubeapi import ROOT
+from testkit.kubeapi import ROOT
 
 SCRIPT = (ROOT / "deploy" / "argocd" / "health.lua").read_text()
 

@@ -25,7 +25,7 @@ from plateau.settings import StorageSettings
 from plateau.storage.engine import Engine
 from plateau.storage.errors import PlateauError
 from plateau.storage.topic_config import TopicConfigRequest
-from tests.arrowhttp import ipc_file, ipc_stream
+from testkit.arrowhttp import ipc_file, ipc_stream
 
 SETTINGS = settings(
     max_examples=150,

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from plateau.client.files import (
+from plateau.client.file_formats import (
     FileFormatError,
     detect_format,
     json_lines,

@@ -14,7 +14,7 @@ import httpx
 import pyarrow as pa
 import pytest
 
-from plateau.client import ops
+from plateau.client import operations as ops
 from plateau.client.errors import (
     BusyError,
     ConnectionFailed,

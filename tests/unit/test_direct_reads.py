@@ -10,12 +10,12 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
 
-from plateau.storage.arrow_footer import Block, record_batch_blocks
-from plateau.storage.arrow_footer import batch_rows as footer_batch_rows
-from plateau.storage.decoded_cache import DecodedCache
-from plateau.storage.direct_io import open_direct, read_range
-from plateau.storage.sealed import write_sealed
-from plateau.storage.sealed_reader import SegmentReader
+from plateau.storage.data.arrow_footer import Block, record_batch_blocks
+from plateau.storage.data.arrow_footer import batch_rows as footer_batch_rows
+from plateau.storage.data.decoded_cache import DecodedCache
+from plateau.storage.data.direct_io import open_direct, read_range
+from plateau.storage.data.sealed_reader import SegmentReader
+from plateau.storage.data.sealed_writer import write_sealed
 from tests.unit.test_engine_reads import _resident_pages
 
 NESTED = pa.table(

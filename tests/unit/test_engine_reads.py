@@ -15,12 +15,12 @@ import pyarrow.parquet as pq
 import pytest
 from prometheus_client import REGISTRY
 
-from plateau.storage.decoded_cache import DecodedCache
+from plateau.storage.data.decoded_cache import DecodedCache
+from plateau.storage.data.durable_io import PageDropper
+from plateau.storage.data.reader_cache import ReaderCache
+from plateau.storage.data.sealed_reader import SegmentReader
+from plateau.storage.data.sealed_writer import write_sealed
 from plateau.storage.engine import Engine
-from plateau.storage.files import PageDropper
-from plateau.storage.reader_cache import ReaderCache
-from plateau.storage.sealed import write_sealed
-from plateau.storage.sealed_reader import SegmentReader
 from plateau.storage.topic_config import TopicConfigRequest
 from plateau.storage.types import Order, RecordStatus, SegmentId, Span
 from tests.unit.conftest import EngineFactory, append_retrying, wait_for

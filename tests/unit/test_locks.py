@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from plateau.storage.locks import CheckedLock, LockOrderError, Rank, ranked
+from plateau.storage.catalog.locks import CheckedLock, LockOrderError, Rank, ranked
 from plateau.storage.topic_config import TopicConfigRequest
 from tests.unit.conftest import EngineFactory
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from plateau.storage.progress import Progress
+from plateau.storage.catalog.progress import Progress
 
 
 def test_idle_is_never_stalled_and_all_stuck_is_after_stall_seconds() -> None:

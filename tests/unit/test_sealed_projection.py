@@ -12,8 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from plateau.storage.decoded_cache import DecodedCache
-from plateau.storage.sealed_reader import SegmentReader
+from plateau.storage.data.decoded_cache import DecodedCache
+from plateau.storage.data.sealed_reader import SegmentReader
 
 ROWS = 3000
 

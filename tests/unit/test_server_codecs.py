@@ -25,7 +25,7 @@ from plateau.server.codecs import (
 from plateau.server.errors import NotAcceptable, UnsupportedMediaType
 from plateau.server.jsonout import dumps, table_rows
 from plateau.storage.errors import InvalidInput
-from tests.arrowhttp import ipc_file, ipc_stream
+from testkit.arrowhttp import ipc_file, ipc_stream
 
 TABLE = pa.table(
     {

@@ -13,7 +13,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from plateau.spark.ahead import read_ahead
+from plateau.spark.url_prefetch import read_ahead
 
 DEADLINE_S = 20.0
 

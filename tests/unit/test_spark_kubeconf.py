@@ -9,9 +9,11 @@ from typing import Any
 import pytest
 import yaml
 
-from plateau.spark import kubeconf, kubejob, kubesizing
-from plateau.spark.kubesizing import NodeCapacity
-from tests.kubeapi import ROOT
+from plateau.spark.kube import conf as kubeconf
+from plateau.spark.kube import job as kubejob
+from plateau.spark.kube import sizing as kubesizing
+from plateau.spark.kube.sizing import NodeCapacity
+from testkit.kubeapi import ROOT
 
 NODE: dict[str, Any] = {
     "metadata": {"name": "a", "namespace": "ml"},

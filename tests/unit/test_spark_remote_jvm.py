@@ -1,4 +1,4 @@
-"""What Python hands plateau's JVM reader (``plateau.spark.remote_jvm``): which topics it
+"""What Python hands plateau's JVM reader (``plateau.spark.url_jvm``): which topics it
 takes, and the plan it executes. The reader itself runs in tests/spark/test_spark_url_jvm.py."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ import pytest
 
 from plateau.spark.options import parse
 from plateau.spark.plan import Slice
-from plateau.spark.remote_jvm import plan_options, why_not
+from plateau.spark.url_jvm import plan_options, why_not
 
 ROWS = pa.schema([("time", pa.int64()), ("v", pa.int64()), ("s", pa.string())])
 

@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from plateau.spark.plan import Slice
-from plateau.spark.sizing import MIN_SHARE, read_share
+from plateau.spark.task_sizing import MIN_SHARE, read_share
 
 ROWS = 10_000
 TABLE = pa.table({c: pa.array(range(ROWS), pa.int64()) for c in ("a", "b", "c", "time")})

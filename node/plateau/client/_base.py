@@ -8,7 +8,7 @@ from typing import Any
 import httpx
 import pyarrow as pa
 
-from plateau.client import ops
+from plateau.client import operations as ops
 from plateau.client.errors import ConnectionFailed, PlateauClientError
 from plateau.client.wire import (
     UNSET,

@@ -1,5 +1,5 @@
 """The asynchronous client, on ``httpx.AsyncClient``: the same operations as
-``PlateauClient`` (``plateau.client.ops``), driven with ``await``."""
+``PlateauClient`` (``plateau.client.operations``), driven with ``await``."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import httpx
 import pyarrow as pa
 
-from plateau.client import ops
+from plateau.client import operations as ops
 from plateau.client._base import DEFAULT_URL, ClientBase
 from plateau.client.errors import ConnectionFailed
 from plateau.client.wire import UNSET, PartitionPage, RetryPolicy, TimeBound, TopicInfo, TopicPage

@@ -18,7 +18,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from plateau.client.files import json_value
+from plateau.client.file_formats import json_value
 
 
 @contextmanager

@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 import httpx
 import pyarrow as pa
 
-from plateau.client import ops
+from plateau.client import operations as ops
 from plateau.client._base import DEFAULT_URL, ClientBase
 from plateau.client.direct import DirectTransport, Origin
 from plateau.client.errors import ConnectionFailed

@@ -14,7 +14,7 @@ from fastapi import FastAPI
 from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 
-from plateau.server import openapi, routes_admin, routes_data, routes_ops
+from plateau.server import openapi, routes_admin, routes_data, routes_probes
 from plateau.server.errors import install_error_handlers
 from plateau.server.state import NodeState
 from plateau.settings import NodeSettings
@@ -58,7 +58,7 @@ def create_app(settings: NodeSettings, engine: Engine, *, close_engine: bool = T
     )
     app.state.plateau = state
     install_error_handlers(app)
-    app.include_router(routes_ops.router)
+    app.include_router(routes_probes.router)
     app.include_router(routes_data.router)
     app.include_router(routes_admin.router)
     openapi.complete(app)

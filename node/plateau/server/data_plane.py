@@ -59,8 +59,8 @@ from plateau.server.codecs import (
     reply_media_type,
 )
 from plateau.server.errors import plateau_error_response, unexpected_error_response
+from plateau.server.iteration_prefetch import PageRequest, topic_page
 from plateau.server.jsonout import dumps, json_reply, table_rows
-from plateau.server.page_ahead import PageRequest, topic_page
 from plateau.server.params import (
     data_focus,
     int_param,
@@ -71,10 +71,10 @@ from plateau.server.params import (
     time_range,
 )
 from plateau.server.state import NodeState
+from plateau.storage.catalog.names import check_name
 from plateau.storage.engine import Engine
 from plateau.storage.errors import PlateauError
 from plateau.storage.focus import DataFocus
-from plateau.storage.names import check_name
 from plateau.storage.types import PartitionRead, Span, TimeRange
 
 MAX_CURSOR_BYTES = 1024 * 1024

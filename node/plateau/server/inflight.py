@@ -13,7 +13,7 @@ A lone body is always admitted (when nothing else is in flight), so a budget
 below ``max_request_bytes`` slows big writers down instead of locking them out.
 
 The limit is the bodies' part of the node's memory budget
-(``plateau.storage.memory``): ``min(server.max_inflight_bytes, budget / 4)``;
+(``plateau.storage.catalog.memory``): ``min(server.max_inflight_bytes, budget / 4)``;
 what is held is reported there for ``/metrics`` and ``GET /admin/node``.
 
 Used only on the event loop's thread, so it needs no lock.
@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from plateau.storage.catalog.memory import MemoryBudget
 from plateau.storage.errors import Busy
-from plateau.storage.memory import MemoryBudget
 
 RETRY_AFTER_SECONDS = 1.0
 

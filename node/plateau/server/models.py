@@ -10,7 +10,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
-from plateau.storage.ownership import Claim
+from plateau.storage.catalog.ownership import Claim
 from plateau.storage.topic_config import TopicConfig, TopicOwner
 from plateau.storage.types import RecordStatus
 

@@ -13,9 +13,9 @@ from typing import Any
 
 from starlette.datastructures import QueryParams
 
+from plateau.storage.catalog.names import check_name
 from plateau.storage.errors import InvalidInput
 from plateau.storage.focus import DataFocus
-from plateau.storage.names import check_name
 from plateau.storage.types import Order, TimeRange
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)

@@ -8,7 +8,7 @@ JSON before telling them they lack a token).
 
 Each topic has at most one owner (a ``PlateauTopic``, recorded by the node):
 a PUT naming another owner, or a DELETE naming another owner's uid, is
-refused with 409 ``OwnerConflict`` (``plateau.storage.ownership``).
+refused with 409 ``OwnerConflict`` (``plateau.storage.catalog.ownership``).
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from plateau.server.models import (
     TopicStatus,
 )
 from plateau.server.state import node_state
+from plateau.storage.catalog.names import check_name
+from plateau.storage.catalog.ownership import owner_json
 from plateau.storage.engine import Engine
 from plateau.storage.errors import InvalidInput, NotFound
-from plateau.storage.names import check_name
-from plateau.storage.ownership import owner_json
 from plateau.storage.topic_config import TopicConfigRequest
 from plateau.storage.types import TopicUsage
 

@@ -45,7 +45,7 @@ from plateau.server.models import (
     Topics,
 )
 from plateau.server.state import node_state
-from plateau.storage.names import check_name
+from plateau.storage.catalog.names import check_name
 
 router = APIRouter(tags=["data"])
 

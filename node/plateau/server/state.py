@@ -8,7 +8,7 @@ from starlette.requests import Request
 
 from plateau.metrics import export_memory_metrics
 from plateau.server.inflight import BodyBudget
-from plateau.server.page_ahead import PageAhead
+from plateau.server.iteration_prefetch import PageAhead
 from plateau.settings import NodeSettings
 from plateau.storage.engine import Engine
 

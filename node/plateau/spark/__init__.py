@@ -50,14 +50,14 @@ def read_topic(spark: SparkSession, **options: Any) -> DataFrame:
 
     Takes the options of ``format("plateau")`` as keyword arguments (``path`` or
     ``url``, ``topic``, ``partitions``, ``startingOffsets``, ...). With ``path``:
-    a ``parquet`` topic through Spark's Parquet reader (``plateau.spark.parquet``);
-    with ``url``: plateau's JVM reader (``plateau.spark.remote_jvm``).
+    a ``parquet`` topic through Spark's Parquet reader (``plateau.spark.topic_parquet``);
+    with ``url``: plateau's JVM reader (``plateau.spark.url_jvm``).
     """
     if options.get("url") is not None and options.get("path") is None:
-        from plateau.spark.remote_jvm import read_url
+        from plateau.spark.url_jvm import read_url
 
         return read_url(spark, options)
-    from plateau.spark.parquet import read_topic as read
+    from plateau.spark.topic_parquet import read_topic as read
 
     return read(spark, options)
 

@@ -6,11 +6,11 @@ from collections.abc import Iterator, Sequence
 
 import pyarrow as pa
 
-from plateau.spark.files import read_file_slices
 from plateau.spark.options import SourceOptions
+from plateau.spark.path_listing import VolumeListing
+from plateau.spark.path_reading import read_file_slices
 from plateau.spark.plan import Listing, Slice
-from plateau.spark.remote import RemoteListing, read_remote_slice
-from plateau.spark.volume import VolumeListing
+from plateau.spark.url_reading import RemoteListing, read_remote_slice
 
 
 def open_listing(options: SourceOptions) -> Listing:

@@ -27,7 +27,7 @@ from plateau.spark.modes import open_listing, read_task
 from plateau.spark.options import SourceOptions, parse
 from plateau.spark.plan import Slice, batch_ranges, chosen, plan, tasks
 from plateau.spark.pushdown import all_back, narrow
-from plateau.spark.sizing import read_share
+from plateau.spark.task_sizing import read_share
 
 
 class SliceInput(InputPartition):

@@ -32,20 +32,22 @@ from plateau.metrics import (
     TOPIC_BYTES,
 )
 from plateau.settings import StorageSettings
-from plateau.storage import reading, retention
-from plateau.storage.catalog import Catalog, PutResult, Topic
+from plateau.storage import record_reads
+from plateau.storage.catalog import retention
+from plateau.storage.catalog.group_commit import GroupCommit
+from plateau.storage.catalog.manifest import Manifest, SegmentRow
+from plateau.storage.catalog.memory import MemoryBudget, default_budget
+from plateau.storage.catalog.names import check_name
+from plateau.storage.catalog.progress import Progress
+from plateau.storage.catalog.snapshot import SnapshotWriter
+from plateau.storage.catalog.topics import Catalog, PutResult, Topic
+from plateau.storage.data.durable_io import BALLAST, Ballast
+from plateau.storage.data.reader_cache import ReaderCache
+from plateau.storage.data.recovery import recover
+from plateau.storage.data.validation import prepare
 from plateau.storage.errors import InsufficientStorage, NotFound, Unavailable
-from plateau.storage.files import BALLAST, Ballast
 from plateau.storage.focus import DataFocus
-from plateau.storage.group_commit import GroupCommit
-from plateau.storage.manifest import Manifest, SegmentRow
-from plateau.storage.memory import MemoryBudget, default_budget
-from plateau.storage.names import check_name
 from plateau.storage.partition import Partition, PartitionContext
-from plateau.storage.progress import Progress
-from plateau.storage.reader_cache import ReaderCache
-from plateau.storage.recovery import recover
-from plateau.storage.snapshot import SnapshotWriter
 from plateau.storage.topic_config import TopicConfig, TopicConfigRequest, TopicOwner
 from plateau.storage.types import (
     Index,
@@ -60,7 +62,6 @@ from plateau.storage.types import (
     TopicUsage,
     WritePolicy,
 )
-from plateau.storage.validation import prepare
 
 log = logging.getLogger(__name__)
 ENOSPC = 28
@@ -71,7 +72,7 @@ R = TypeVar("R")
 class Engine:
     """Owns the manifest, every partition writer, retention and the snapshot.
 
-    Locks, in the order they may be taken (``plateau.storage.locks`` checks it
+    Locks, in the order they may be taken (``plateau.storage.catalog.locks`` checks it
     in debug runs): the catalog's ``admin_lock`` (topic create/update/delete and
     new partitions, one at a time; they write the manifest under it, appends
     never wait for it) -> a topic's ``retention_lock`` -> a partition's lock ->
@@ -362,7 +363,7 @@ class Engine:
                 p = t.partitions.get(partition)
             if p is None:
                 return PartitionRead(pa.table({}), None, RecordStatus.ALL)
-            return reading.read_range(
+            return record_reads.read_range(
                 p.view(), self.data_dir, self._cache, start, limit, time_range, max_bytes, focus
             )
 
@@ -387,8 +388,8 @@ class Engine:
 
         def read() -> TopicRead:
             parts = self._topic(topic).by_name()
-            names = reading.select_partitions(list(parts), partition_filter)
-            return reading.iterate(
+            names = record_reads.select_partitions(list(parts), partition_filter)
+            return record_reads.iterate(
                 {n: parts[n].view for n in names},
                 self.data_dir,
                 self._cache,

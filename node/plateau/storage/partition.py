@@ -25,14 +25,14 @@ from pathlib import Path
 import pyarrow as pa
 
 from plateau.metrics import APPEND_STAGE_SECONDS, SEAL_SECONDS
+from plateau.storage.catalog.locks import Rank, ranked
+from plateau.storage.catalog.manifest import Manifest, SegmentRow
+from plateau.storage.catalog.memory import MemoryBudget
+from plateau.storage.catalog.progress import Progress
+from plateau.storage.data.durable_io import make_dirs, rename_durably
+from plateau.storage.data.open_segment import WRITE_BUFFER, OpenSegment
+from plateau.storage.data.sealed_writer import sealed_name, write_sealed
 from plateau.storage.errors import Busy, InsufficientStorage, NotFound
-from plateau.storage.files import make_dirs, rename_durably
-from plateau.storage.locks import Rank, ranked
-from plateau.storage.manifest import Manifest, SegmentRow
-from plateau.storage.memory import MemoryBudget
-from plateau.storage.progress import Progress
-from plateau.storage.sealed import sealed_name, write_sealed
-from plateau.storage.segment import WRITE_BUFFER, OpenSegment
 from plateau.storage.topic_config import SegmentConfig
 from plateau.storage.types import Index, Span, WritePolicy
 

@@ -128,7 +128,7 @@ class TopicConfigRequest(BaseModel):
       default has none), ``"segment": null`` resets every segment setting.
     * ``partitions`` never decreases: ``null`` keeps the current count, a
       smaller number is refused (409).
-    * ``owner`` claims the topic for a resource (see ``plateau.storage.ownership``);
+    * ``owner`` claims the topic for a resource (see ``plateau.storage.catalog.ownership``);
       left out, the request is an admin's and the stored owner is kept.
       ``adopt`` lets a claim take over an ownerless topic or another owner's.
     """

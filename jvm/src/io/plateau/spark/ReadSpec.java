@@ -9,7 +9,7 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
  * What Python planned: where the node is, which topic, and the tasks. Options are written
- * by {@code plateau.spark.remote_jvm} (never by users), so a missing one is a bug there and
+ * by {@code plateau.spark.url_jvm} (never by users), so a missing one is a bug there and
  * fails with the option's name.
  */
 final class ReadSpec implements Serializable {

@@ -17,7 +17,7 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
  * row than the node spent serving it. Here the node's Arrow buffers become Spark's column
  * vectors as they are ({@code ArrowColumnVector}).
  *
- * <p>Python plans the read ({@code plateau.spark.remote_jvm}): it checks the options, asks
+ * <p>Python plans the read ({@code plateau.spark.url_jvm}): it checks the options, asks
  * the node for the topic's spans and schema, and passes the schema and the task list here.
  * This source only executes that plan, so both halves agree on what a read means.
  */

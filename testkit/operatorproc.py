@@ -1,4 +1,4 @@
-"""The operator as a subprocess against a real kube-apiserver (tests/kubeapi.py).
+"""The operator as a subprocess against a real kube-apiserver (testkit/kubeapi.py).
 
 No kubelet there: a PlateauNode's children are created but run no pod, so
 tests point the PlateauNode at a ``plateau node`` on loopback with the
@@ -19,8 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tests.kubeapi import KubeApi, free_port
-from tests.nodeproc import NodeProcess
+from testkit.kubeapi import KubeApi, free_port
+from testkit.nodeproc import NodeProcess
 
 RESYNC_SECONDS = 2
 NODE_TOKEN = "node-secret-token"

@@ -34,7 +34,6 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
 from plateau.spark import JAR
-from plateau.spark.frames import as_timestamp, within_time
 from plateau.spark.merge import (
     INDEX,
     META_ARROW,
@@ -48,7 +47,8 @@ from plateau.spark.merge import (
 )
 from plateau.spark.options import OptionError, SourceOptions, parse
 from plateau.spark.plan import Slice, batch_ranges, chosen, plan, tasks
-from plateau.spark.remote import RemoteListing, focus
+from plateau.spark.topic_frames import as_timestamp, within_time
+from plateau.spark.url_reading import RemoteListing, focus
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ rest goes on): then ``/healthz`` and ``/readyz`` answer 503 and the kubelet
 restarts the pod. An idle node is never stalled. Nothing the engine does
 takes that long when it works: a page is at most 16 MiB, a seal a segment.
 
-Lock order: ``_lock`` is a leaf (see ``plateau.storage.locks``).
+Lock order: ``_lock`` is a leaf (see ``plateau.storage.catalog.locks``).
 """
 
 from __future__ import annotations

@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from plateau.storage.decoded_cache import Columns, DecodedCache
-from plateau.storage.sealed_reader import SegmentReader
+from plateau.storage.data.decoded_cache import Columns, DecodedCache
+from plateau.storage.data.sealed_reader import SegmentReader
 from plateau.storage.types import SegmentId
 
 ColumnsOf = Callable[[pa.Schema], Columns | None]

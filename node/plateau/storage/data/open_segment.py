@@ -24,8 +24,8 @@ from typing import BinaryIO
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from plateau.storage.files import PageDropper
-from plateau.storage.group_commit import GroupCommit
+from plateau.storage.catalog.group_commit import GroupCommit
+from plateau.storage.data.durable_io import PageDropper
 from plateau.storage.topic_config import SegmentConfig
 from plateau.storage.types import Index, SegmentId
 

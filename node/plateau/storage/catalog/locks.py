@@ -81,7 +81,7 @@ class CheckedLock:
             top = stack[-1]
             raise LockOrderError(
                 f"lock order violated: taking {self.name} (rank {self.rank.name}) while "
-                f"holding {top.name} (rank {top.rank.name}); see plateau.storage.locks"
+                f"holding {top.name} (rank {top.rank.name}); see plateau.storage.catalog.locks"
             )
         got = self._lock.acquire(blocking, timeout)
         if got:

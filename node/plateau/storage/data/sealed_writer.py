@@ -14,7 +14,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from plateau.storage.files import publish
+from plateau.storage.data.durable_io import publish
 
 PARQUET_ROW_GROUP = 65_536
 DICTIONARY_SAMPLE_ROWS = 4096

@@ -5,10 +5,10 @@ a topic deleted) write the manifest, so they take ``admin_lock`` for their
 whole length; nothing on the data path waits for it except the first append
 to a new topic or partition. The dicts themselves are guarded by leaf locks
 (``topics_lock``, a topic's ``lock``) held only to read or change the dict.
-See ``plateau.storage.locks`` for the order.
+See ``plateau.storage.catalog.locks`` for the order.
 
 Who owns a topic is decided under ``admin_lock`` too, together with the
-write (``plateau.storage.ownership``): a refused claim changes nothing.
+write (``plateau.storage.catalog.ownership``): a refused claim changes nothing.
 """
 
 from __future__ import annotations
@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from plateau.metrics import TOPIC_BUDGET_BYTES
+from plateau.storage.catalog.locks import Rank, ranked
+from plateau.storage.catalog.manifest import Manifest, SegmentRow
+from plateau.storage.catalog.names import check_name
+from plateau.storage.catalog.ownership import Claimed, check_delete, decide, owner_json
 from plateau.storage.errors import NotFound, OverBudget, PartitionsDecrease
-from plateau.storage.locks import Rank, ranked
-from plateau.storage.manifest import Manifest, SegmentRow
-from plateau.storage.names import check_name
-from plateau.storage.ownership import Claimed, check_delete, decide, owner_json
 from plateau.storage.partition import Partition
 from plateau.storage.topic_config import TopicConfig, TopicConfigRequest, TopicOwner
 from plateau.storage.types import Index

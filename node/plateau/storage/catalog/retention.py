@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from plateau.metrics import RETENTION_DELETED_BYTES, RETENTION_DELETED_SEGMENTS
-from plateau.storage.manifest import Manifest, SegmentRow
+from plateau.storage.catalog.manifest import Manifest, SegmentRow
+from plateau.storage.data.reader_cache import ReaderCache
 from plateau.storage.partition import Partition
-from plateau.storage.reader_cache import ReaderCache
 from plateau.storage.topic_config import RetentionConfig
 
 log = logging.getLogger(__name__)

@@ -16,14 +16,14 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from plateau.storage.decoded_cache import Columns
+from plateau.storage.catalog.manifest import SegmentRow
+from plateau.storage.data.decoded_cache import Columns
+from plateau.storage.data.open_segment import OpenSegment
+from plateau.storage.data.reader_cache import ColumnsOf, ReaderCache
+from plateau.storage.data.sealed_reader import SegmentReader
 from plateau.storage.errors import InvalidInput
 from plateau.storage.focus import DataFocus
-from plateau.storage.manifest import SegmentRow
 from plateau.storage.partition import PartitionView
-from plateau.storage.reader_cache import ColumnsOf, ReaderCache
-from plateau.storage.sealed_reader import SegmentReader
-from plateau.storage.segment import OpenSegment
 from plateau.storage.types import (
     Order,
     PartitionRead,

@@ -29,11 +29,11 @@ import pyarrow.parquet as pq
 from prometheus_client import Counter
 
 from plateau.metrics import READ_CHUNKS
-from plateau.storage.arrow_footer import Block, batch_rows, record_batch_blocks
-from plateau.storage.decoded_cache import ChunkId, Columns, DecodedCache
-from plateau.storage.direct_io import open_direct, read_range
-from plateau.storage.files import PAGE
-from plateau.storage.sealed import arrow_batches
+from plateau.storage.data.arrow_footer import Block, batch_rows, record_batch_blocks
+from plateau.storage.data.decoded_cache import ChunkId, Columns, DecodedCache
+from plateau.storage.data.direct_io import open_direct, read_range
+from plateau.storage.data.durable_io import PAGE
+from plateau.storage.data.sealed_writer import arrow_batches
 
 log = logging.getLogger(__name__)
 

@@ -17,10 +17,10 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from plateau.storage.files import rename_durably
-from plateau.storage.manifest import Manifest, OpenRow, SegmentRow
-from plateau.storage.sealed import read_whole, sealed_name, write_sealed
-from plateau.storage.segment import time_bounds_ms
+from plateau.storage.catalog.manifest import Manifest, OpenRow, SegmentRow
+from plateau.storage.data.durable_io import rename_durably
+from plateau.storage.data.open_segment import time_bounds_ms
+from plateau.storage.data.sealed_writer import read_whole, sealed_name, write_sealed
 from plateau.storage.types import Index, SegmentId
 
 log = logging.getLogger(__name__)

@@ -25,11 +25,11 @@ from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from plateau.spark.frames import as_timestamp, within_time
 from plateau.spark.merge import INDEX, PARTITION, TIME, TIME_COLUMN, topic_fields, wanted
 from plateau.spark.options import OptionError, parse
+from plateau.spark.path_listing import VolumeListing, files_schema
 from plateau.spark.plan import Slice, batch_ranges, chosen, plan
-from plateau.spark.volume import VolumeListing, files_schema
+from plateau.spark.topic_frames import as_timestamp, within_time
 
 FILE = F.col("_metadata.file_path")
 FIRST_INDEX = F.regexp_extract(FILE, r"/(\d+)-\d+\.parquet$", 1).cast("long")

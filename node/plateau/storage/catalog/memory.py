@@ -24,7 +24,7 @@ or v1 ``memory.limit_in_bytes``, the tightest on the path to the root) minus
 ``storage.memory_overhead_bytes``; without a limit, a quarter of the machine's
 memory.
 
-Lock order: ``_lock`` is a leaf (see ``plateau.storage.locks``).
+Lock order: ``_lock`` is a leaf (see ``plateau.storage.catalog.locks``).
 """
 
 from __future__ import annotations

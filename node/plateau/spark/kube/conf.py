@@ -36,7 +36,7 @@ from typing import Any
 
 import yaml
 
-from plateau.spark.kubejob import Job, job_comments, job_settings, job_spec
+from plateau.spark.kube.job import Job, job_comments, job_settings, job_spec
 
 VOLUME = "plateau-data"
 FORMATS = ("conf", "properties", "sparkapplication")

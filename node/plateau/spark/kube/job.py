@@ -11,10 +11,10 @@ from __future__ import annotations
 from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
-from plateau.spark import kubesizing
+from plateau.spark.kube import sizing as kubesizing
 
 if TYPE_CHECKING:
-    from plateau.spark.kubeconf import _Api
+    from plateau.spark.kube.conf import _Api
 
 SERVICE_ACCOUNT = "plateau-spark"  # the chart's spark.serviceAccount.name
 # spark-submit (cluster mode) waits for the driver to end and prints its final state;

@@ -32,7 +32,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from plateau.storage.locks import Rank, ranked
+from plateau.storage.catalog.locks import Rank, ranked
 from plateau.storage.topic_config import TopicConfig, TopicOwner
 from plateau.storage.types import Index, SegmentId
 

@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from plateau.storage.files import publish
+from plateau.storage.data.durable_io import publish
 
 SNAPSHOT = "snapshot.json"
 VERSION = 1

@@ -49,7 +49,7 @@ def write_archive(rootfs: Path, out: Path, name: str, entrypoint: list[str], use
         "os": "linux",
         "config": {"Entrypoint": entrypoint, "User": user, "WorkingDir": "/"},
         "rootfs": {"type": "layers", "diff_ids": [f"sha256:{hashlib.sha256(raw).hexdigest()}"]},
-        "history": [{"created_by": "tests/e2e/cluster/runtime/oci_archive.py"}],
+        "history": [{"created_by": "cluster/runtime/oci_archive.py"}],
     }
     config_bytes = json.dumps(config, sort_keys=True).encode()
     tmp = out.with_suffix(".tmp")

@@ -1,0 +1,1 @@
+"""Segment formats and their readers and writers: what lies in the files on disk."""
