@@ -231,8 +231,8 @@ def _focus(
     max_bytes: int | None,
 ) -> Any:
     """The read's data focus (plateau's dataset parameters), or None for every column."""
-    from plateau.storage.errors import InvalidInput
-    from plateau.storage.focus import DataFocus
+    from plateau.protocol.errors import InvalidInput
+    from plateau.protocol.focus import DataFocus
 
     try:
         focus = DataFocus(tuple(dataset or ()), tuple(exclude or ()), separator, max_bytes)

@@ -21,7 +21,7 @@ from plateau.client import (
     PlateauClient,
     RecordTooLargeError,
 )
-from plateau.storage.types import RecordStatus, Span
+from plateau.protocol.values import RecordStatus, Span
 from testkit.nodeproc import NodeProcess, metric_values
 
 

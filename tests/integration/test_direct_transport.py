@@ -28,7 +28,7 @@ from plateau.client import (
     RetryPolicy,
 )
 from plateau.client.direct import DirectTransport
-from plateau.storage.focus import DataFocus
+from plateau.protocol.focus import DataFocus
 from testkit.nodeproc import NodeProcess
 
 ROWS = 5_000

@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pyarrow as pa
 
+from plateau.protocol.errors import Busy
 from plateau.settings import StorageSettings
 from plateau.storage.engine import Engine
-from plateau.storage.errors import Busy
 from plateau.storage.topic_config import TopicConfigRequest
 from testkit.stress import assert_indexes_never_reused, operator_mix, run_stress
 

@@ -7,10 +7,10 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from plateau.protocol.errors import Busy
+from plateau.protocol.values import Span
 from plateau.settings import StorageSettings
 from plateau.storage.engine import Engine
-from plateau.storage.errors import Busy
-from plateau.storage.types import Span
 
 EngineFactory = Callable[..., Engine]
 

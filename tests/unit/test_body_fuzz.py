@@ -20,10 +20,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from plateau.protocol import ARROW_FILE, ARROW_STREAM, JSON
+from plateau.protocol.errors import PlateauError
 from plateau.server.codecs import decode_append
 from plateau.settings import StorageSettings
 from plateau.storage.engine import Engine
-from plateau.storage.errors import PlateauError
 from plateau.storage.topic_config import TopicConfigRequest
 from testkit.arrowhttp import ipc_file, ipc_stream
 

@@ -29,7 +29,7 @@ from plateau.protocol import (
     MAX_REQUEST_SIZE_HEADER,
     RETRY_AFTER_HEADER,
 )
-from plateau.storage.types import RecordStatus, Span
+from plateau.protocol.values import RecordStatus, Span
 
 Responder = Callable[[ops.Call], httpx.Response]
 

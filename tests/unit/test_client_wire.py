@@ -42,7 +42,7 @@ from plateau.protocol import (
     SPAN_END_HEADER,
     SPAN_START_HEADER,
 )
-from plateau.storage.types import RecordStatus, Span
+from plateau.protocol.values import RecordStatus, Span
 
 
 def test_encode_decode_round_trip_nested() -> None:

@@ -7,9 +7,10 @@ import json
 import pyarrow as pa
 import pytest
 
-from plateau.storage.errors import Conflict, InvalidInput, NotFound
+from plateau.protocol.errors import Conflict, InvalidInput, NotFound
+from plateau.protocol.values import Order, RecordStatus, Span
 from plateau.storage.topic_config import TopicConfigRequest
-from plateau.storage.types import Order, RecordStatus, Span, TimeRange
+from plateau.storage.types import TimeRange
 from tests.unit.conftest import EngineFactory, append_retrying, wait_for
 
 
@@ -144,7 +145,7 @@ def test_delete_topic_removes_data(make_engine: EngineFactory) -> None:
 
 
 def test_one_engine_per_data_directory(make_engine: EngineFactory) -> None:
-    from plateau.storage.errors import Unavailable
+    from plateau.protocol.errors import Unavailable
 
     make_engine()
     with pytest.raises(Unavailable, match="in use"):

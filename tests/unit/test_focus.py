@@ -11,8 +11,8 @@ from __future__ import annotations
 import pyarrow as pa
 import pytest
 
-from plateau.storage.errors import InvalidInput
-from plateau.storage.focus import DataFocus, data_bytes
+from plateau.protocol.errors import InvalidInput
+from plateau.protocol.focus import DataFocus, data_bytes
 
 
 def nested_chunk() -> pa.Table:

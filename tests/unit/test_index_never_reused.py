@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from plateau.protocol.values import Span
 from plateau.storage.topic_config import TopicConfigRequest
-from plateau.storage.types import Span
 from tests.unit.conftest import EngineFactory
 
 

@@ -6,8 +6,8 @@ import asyncio
 
 import pytest
 
+from plateau.protocol.errors import Busy
 from plateau.server.inflight import BodyBudget
-from plateau.storage.errors import Busy
 
 
 def test_budget_refuses_a_second_body_that_does_not_fit_and_returns_everything() -> None:

@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 from starlette.datastructures import QueryParams
 
+from plateau.protocol.errors import InvalidInput
+from plateau.protocol.focus import DataFocus
 from plateau.server.params import data_focus, list_params
-from plateau.storage.errors import InvalidInput
-from plateau.storage.focus import DataFocus
 
 
 def test_every_form_and_order() -> None:

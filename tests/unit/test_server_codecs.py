@@ -13,6 +13,7 @@ import pyarrow.ipc as ipc
 import pytest
 
 from plateau.protocol import ARROW_FILE, ARROW_STREAM, JSON, JSON_ENVELOPE, JSON_RECORDS
+from plateau.protocol.errors import InvalidInput
 from plateau.server.codecs import (
     append_media_type,
     check_table,
@@ -24,7 +25,6 @@ from plateau.server.codecs import (
 )
 from plateau.server.errors import NotAcceptable, UnsupportedMediaType
 from plateau.server.jsonout import dumps, table_rows
-from plateau.storage.errors import InvalidInput
 from testkit.arrowhttp import ipc_file, ipc_stream
 
 TABLE = pa.table(
@@ -323,3 +323,16 @@ def test_table_rows_maps_values_json_cannot_carry() -> None:
 def test_table_rows_of_empty_table() -> None:
     assert table_rows(pa.table({})) == []
     assert table_rows(TABLE.slice(0, 0)) == []
+
+
+@pytest.mark.parametrize("nested", [False, True])
+@pytest.mark.parametrize("media", [ARROW_FILE, ARROW_STREAM])
+def test_names_that_are_not_utf8_are_refused(media: str, nested: bool) -> None:
+    """Found by the body fuzzer: a name that is not UTF-8 was a 500 (UnicodeDecodeError)."""
+    column = pa.array([{"qzqz": 1}]) if nested else pa.array([1])
+    table = pa.table({"time": pa.array([1], pa.int64()), "wxwx": column})
+    body = (ipc_file if media == ARROW_FILE else ipc_stream)(table)
+    bad = (b"qzqz" if nested else b"wxwx").replace(b"zq", b"\xff\xfe").replace(b"xw", b"\xff\xfe")
+    body = body.replace(b"qzqz" if nested else b"wxwx", bad)
+    with pytest.raises(InvalidInput, match="not valid UTF-8"):
+        decode_append(media, body)

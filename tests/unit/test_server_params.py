@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 
 from plateau.protocol import MAX_REQUEST_SIZE_HEADER, RETRY_AFTER_HEADER
+from plateau.protocol.errors import Busy, InvalidInput, PayloadTooLarge
 from plateau.server.errors import describe_validation_errors, error_headers, error_response
 from plateau.server.params import parse_cursor, parse_time, partition_filter, time_range
 from plateau.server.run import parse_bind
-from plateau.storage.errors import Busy, InvalidInput, PayloadTooLarge
 from plateau.storage.types import TimeRange
 
 T0 = 1704164645000  # 2024-01-02T03:04:05Z

@@ -6,9 +6,9 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from plateau.protocol.values import Span
 from plateau.spark.options import OptionError, parse
 from plateau.spark.plan import Slice, resolve, tasks
-from plateau.storage.types import Span
 
 BASE = {"path": "/data", "topic": "t"}
 

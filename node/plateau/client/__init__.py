@@ -25,7 +25,7 @@ from plateau.client.errors import (
 )
 from plateau.client.sync import PlateauClient
 from plateau.client.wire import PartitionPage, RetryPolicy, TopicInfo, TopicPage
-from plateau.storage.focus import DataFocus
+from plateau.protocol.focus import DataFocus
 
 __all__ = [
     "AsyncPlateauClient",

@@ -21,8 +21,8 @@ from plateau.client.wire import (
     topic_request,
 )
 from plateau.protocol import ADMIN_NODE_PATH, ADMIN_TOPIC_PATH
-from plateau.storage.focus import DataFocus
-from plateau.storage.types import Span
+from plateau.protocol.focus import DataFocus
+from plateau.protocol.values import Span
 
 DEFAULT_URL = "http://127.0.0.1:3030"
 

@@ -16,8 +16,8 @@ from plateau.client._base import DEFAULT_URL, ClientBase
 from plateau.client.errors import ConnectionFailed
 from plateau.client.wire import UNSET, PartitionPage, RetryPolicy, TimeBound, TopicInfo, TopicPage
 from plateau.protocol import DEFAULT_PAGE_SIZE
-from plateau.storage.focus import DataFocus
-from plateau.storage.types import Span
+from plateau.protocol.focus import DataFocus
+from plateau.protocol.values import Span
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -13,7 +13,7 @@ from typing import Any
 import httpx
 
 from plateau.protocol import MAX_REQUEST_SIZE_HEADER, RETRY_AFTER_HEADER
-from plateau.storage.types import Span
+from plateau.protocol.values import Span
 
 
 class PlateauClientError(Exception):

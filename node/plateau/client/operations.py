@@ -56,8 +56,8 @@ from plateau.protocol import (
     TOPIC_PATH,
     TOPICS_PATH,
 )
-from plateau.storage.focus import DataFocus
-from plateau.storage.types import RecordStatus, Span
+from plateau.protocol.focus import DataFocus
+from plateau.protocol.values import RecordStatus, Span
 
 T = TypeVar("T")
 R = TypeVar("R")

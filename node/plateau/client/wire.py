@@ -26,8 +26,8 @@ from plateau.protocol import (
     SPAN_END_HEADER,
     SPAN_START_HEADER,
 )
-from plateau.storage.focus import DataFocus
-from plateau.storage.types import RecordStatus, Span
+from plateau.protocol.focus import DataFocus
+from plateau.protocol.values import RecordStatus, Span
 
 TimeBound = datetime | int | str | None
 """A ``time.start``/``time.end`` bound: datetime, epoch milliseconds, or RFC 3339 text."""

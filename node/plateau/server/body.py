@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from starlette.requests import Request
 
+from plateau.protocol.errors import InvalidInput, PayloadTooLarge
 from plateau.server.inflight import Reservation
-from plateau.storage.errors import InvalidInput, PayloadTooLarge
 
 
 def _too_large(limit: int) -> PayloadTooLarge:

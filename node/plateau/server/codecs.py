@@ -16,9 +16,9 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 
 from plateau.protocol import ARROW_FILE, ARROW_STREAM, JSON, JSON_ENVELOPE
+from plateau.protocol.errors import InvalidInput
 from plateau.server.errors import NotAcceptable, UnsupportedMediaType
 from plateau.server.params import parse_time
-from plateau.storage.errors import InvalidInput
 
 APPEND_TYPES = (ARROW_FILE, ARROW_STREAM, JSON)
 LEGACY_MESSAGE_COLUMN = "message"
@@ -80,8 +80,26 @@ def decode_append(media: str, body: bytes) -> pa.Table:
         table = _table_from_json(body)
     else:
         table = _table_from_ipc(body, stream=media == ARROW_STREAM)
+    try:
+        _check_names(table.schema)
+    except UnicodeDecodeError as exc:  # names are UTF-8 by the Arrow spec; pyarrow decodes lazily
+        raise InvalidInput(f"a column or field name is not valid UTF-8: {exc.reason}") from exc
     check_table(table)
     return table
+
+
+def _check_names(schema: pa.Schema) -> None:
+    """Decode every field name, nested ones too, so that no later step meets a bad one."""
+    stack: list[pa.DataType] = []
+    for field in schema:
+        _ = field.name
+        stack.append(field.type)
+    while stack:
+        kind = stack.pop()
+        for i in range(kind.num_fields):
+            child = kind.field(i)
+            _ = child.name
+            stack.append(child.type)
 
 
 def _table_from_ipc(body: bytes, *, stream: bool) -> pa.Table:

@@ -50,6 +50,10 @@ from plateau.protocol import (
     SPAN_START_HEADER,
     server_route,
 )
+from plateau.protocol.errors import PlateauError
+from plateau.protocol.focus import DataFocus
+from plateau.protocol.names import check_name
+from plateau.protocol.values import Span
 from plateau.server.auth import bearer_token, check_token
 from plateau.server.body import read_body
 from plateau.server.codecs import (
@@ -71,11 +75,8 @@ from plateau.server.params import (
     time_range,
 )
 from plateau.server.state import NodeState
-from plateau.storage.catalog.names import check_name
 from plateau.storage.engine import Engine
-from plateau.storage.errors import PlateauError
-from plateau.storage.focus import DataFocus
-from plateau.storage.types import PartitionRead, Span, TimeRange
+from plateau.storage.types import PartitionRead, TimeRange
 
 MAX_CURSOR_BYTES = 1024 * 1024
 

@@ -23,7 +23,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.requests import Request as StarletteRequest
 
 from plateau.protocol import MAX_REQUEST_SIZE_HEADER, RETRY_AFTER_HEADER
-from plateau.storage.errors import Busy, PayloadTooLarge, PlateauError
+from plateau.protocol.errors import Busy, PayloadTooLarge, PlateauError
 
 log = logging.getLogger("plateau.server")
 

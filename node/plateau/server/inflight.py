@@ -24,8 +24,8 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from plateau.protocol.errors import Busy
 from plateau.storage.catalog.memory import MemoryBudget
-from plateau.storage.errors import Busy
 
 RETRY_AFTER_SECONDS = 1.0
 

@@ -32,11 +32,12 @@ from starlette.responses import Response
 
 from plateau.metrics import PAGES_AHEAD
 from plateau.protocol import ITERATION_STATUS_HEADER, JSON, JSON_ENVELOPE, JSON_RECORDS
+from plateau.protocol.focus import DataFocus
+from plateau.protocol.values import Order, RecordStatus
 from plateau.server.codecs import encode_arrow
 from plateau.server.jsonout import dumps, table_rows
 from plateau.storage.engine import Engine
-from plateau.storage.focus import DataFocus
-from plateau.storage.types import Order, RecordStatus, TimeRange, TopicRead
+from plateau.storage.types import TimeRange, TopicRead
 
 log = logging.getLogger(__name__)
 _PREPARED = PAGES_AHEAD.labels(outcome="prepared")

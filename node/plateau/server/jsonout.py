@@ -26,7 +26,7 @@ import pyarrow as pa
 from starlette.responses import Response
 
 from plateau.protocol import ARROW_FILE, JSON
-from plateau.storage.errors import InvalidInput
+from plateau.protocol.errors import InvalidInput
 
 Convert = Callable[[Any], Any]
 

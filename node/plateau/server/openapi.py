@@ -17,8 +17,8 @@ from fastapi import FastAPI
 
 from plateau import protocol
 from plateau.protocol import JSON
+from plateau.protocol.names import NAME_PATTERN, NAME_RULE
 from plateau.server.models import Records, TopicRecords
-from plateau.storage.catalog.names import NAME_PATTERN, NAME_RULE
 from plateau.storage.topic_config import TopicConfigRequest
 
 NAME_SCHEMA = {

@@ -13,10 +13,11 @@ from typing import Any
 
 from starlette.datastructures import QueryParams
 
-from plateau.storage.catalog.names import check_name
-from plateau.storage.errors import InvalidInput
-from plateau.storage.focus import DataFocus
-from plateau.storage.types import Order, TimeRange
+from plateau.protocol.errors import InvalidInput
+from plateau.protocol.focus import DataFocus
+from plateau.protocol.names import check_name
+from plateau.protocol.values import Order
+from plateau.storage.types import TimeRange
 
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _INTEGER = re.compile(r"[+-]?[0-9]{1,19}")

@@ -22,6 +22,8 @@ from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from plateau.protocol import ADMIN_NODE_PATH, ADMIN_PREFIX, ADMIN_TOPIC_PATH, JSON, server_route
+from plateau.protocol.errors import InvalidInput, NotFound
+from plateau.protocol.names import check_name
 from plateau.server.auth import WriteAccess
 from plateau.server.body import read_body
 from plateau.server.errors import describe_validation_errors
@@ -34,10 +36,8 @@ from plateau.server.models import (
     TopicStatus,
 )
 from plateau.server.state import node_state
-from plateau.storage.catalog.names import check_name
 from plateau.storage.catalog.ownership import owner_json
 from plateau.storage.engine import Engine
-from plateau.storage.errors import InvalidInput, NotFound
 from plateau.storage.topic_config import TopicConfigRequest
 from plateau.storage.types import TopicUsage
 

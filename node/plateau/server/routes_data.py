@@ -35,6 +35,7 @@ from plateau.protocol import (
     TOPICS_PATH,
     server_route,
 )
+from plateau.protocol.names import check_name
 from plateau.server import data_plane
 from plateau.server.auth import ReadAccess
 from plateau.server.jsonout import json_reply
@@ -45,7 +46,6 @@ from plateau.server.models import (
     Topics,
 )
 from plateau.server.state import node_state
-from plateau.storage.catalog.names import check_name
 
 router = APIRouter(tags=["data"])
 

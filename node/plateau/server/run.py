@@ -22,12 +22,12 @@ from types import FrameType
 
 import uvicorn
 
+from plateau.protocol.errors import PlateauError
 from plateau.server.app import create_app
 from plateau.server.data_plane import DataPlane
 from plateau.server.state import NodeState
 from plateau.settings import NodeSettings
 from plateau.storage.engine import Engine
-from plateau.storage.errors import PlateauError
 
 log = logging.getLogger("plateau.server")
 

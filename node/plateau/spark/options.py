@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
-from plateau.storage.catalog.names import NAME_PATTERN
+from plateau.protocol.names import NAME_PATTERN
 
 EARLIEST = -2  # Kafka's: a partition's first index still stored
 LATEST = -1  # Kafka's: a partition's end (the next index to be appended)

@@ -17,10 +17,10 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from plateau.protocol.values import Span
 from plateau.spark.merge import merge_schemas
 from plateau.spark.options import OptionError, SourceOptions, data_dir
 from plateau.spark.plan import Slice
-from plateau.storage.types import Span
 
 SNAPSHOT = "snapshot.json"
 SUPPORTED_VERSION = 1

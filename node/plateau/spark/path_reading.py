@@ -22,10 +22,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from plateau.protocol.values import Span
 from plateau.spark.merge import TIME_COLUMN, conform, file_columns, time_ms, within_time
 from plateau.spark.options import SourceOptions
 from plateau.spark.plan import Slice, report_loss
-from plateau.storage.types import Span
 
 
 def map_file(path: str) -> pa.Buffer | None:

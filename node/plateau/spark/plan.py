@@ -21,8 +21,8 @@ from typing import Protocol
 
 import pyarrow as pa
 
+from plateau.protocol.values import Span
 from plateau.spark.options import EARLIEST, LATEST, OptionError, SourceOptions
-from plateau.storage.types import Span
 
 log = logging.getLogger("plateau.spark")
 

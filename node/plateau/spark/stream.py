@@ -25,11 +25,11 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import StructType
 
+from plateau.protocol.values import Span
 from plateau.spark.modes import open_listing
 from plateau.spark.options import OptionError, SourceOptions
 from plateau.spark.plan import chosen, lost_before, plan, resolve
 from plateau.spark.source import arrow_target, inputs, read_input
-from plateau.storage.types import Span
 
 
 def cap(start: dict[str, int], end: dict[str, int], limit: int) -> dict[str, int]:

@@ -28,11 +28,11 @@ from plateau.client.errors import (
     NotFoundError,
     PlateauClientError,
 )
+from plateau.protocol.values import Span
 from plateau.spark.merge import META, TIME_COLUMN, conform, merge_schemas, within_time
 from plateau.spark.options import OptionError, SourceOptions
 from plateau.spark.plan import Slice, report_loss
 from plateau.spark.url_prefetch import read_ahead
-from plateau.storage.types import Span
 
 TIMEOUT = 60.0
 

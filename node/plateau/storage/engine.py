@@ -31,13 +31,16 @@ from plateau.metrics import (
     TOPIC_BUDGET_BYTES,
     TOPIC_BYTES,
 )
+from plateau.protocol.errors import InsufficientStorage, NotFound, Unavailable
+from plateau.protocol.focus import DataFocus
+from plateau.protocol.names import check_name
+from plateau.protocol.values import Order, RecordStatus, Span
 from plateau.settings import StorageSettings
 from plateau.storage import record_reads
 from plateau.storage.catalog import retention
 from plateau.storage.catalog.group_commit import GroupCommit
 from plateau.storage.catalog.manifest import Manifest, SegmentRow
 from plateau.storage.catalog.memory import MemoryBudget, default_budget
-from plateau.storage.catalog.names import check_name
 from plateau.storage.catalog.progress import Progress
 from plateau.storage.catalog.snapshot import SnapshotWriter
 from plateau.storage.catalog.topics import Catalog, PutResult, Topic
@@ -45,18 +48,13 @@ from plateau.storage.data.durable_io import BALLAST, Ballast
 from plateau.storage.data.reader_cache import ReaderCache
 from plateau.storage.data.recovery import recover
 from plateau.storage.data.validation import prepare
-from plateau.storage.errors import InsufficientStorage, NotFound, Unavailable
-from plateau.storage.focus import DataFocus
 from plateau.storage.partition import Partition, PartitionContext
 from plateau.storage.topic_config import TopicConfig, TopicConfigRequest, TopicOwner
 from plateau.storage.types import (
     Index,
     NodeUsage,
-    Order,
     PartitionRead,
     PartitionUsage,
-    RecordStatus,
-    Span,
     TimeRange,
     TopicRead,
     TopicUsage,

@@ -25,6 +25,8 @@ from pathlib import Path
 import pyarrow as pa
 
 from plateau.metrics import APPEND_STAGE_SECONDS, SEAL_SECONDS
+from plateau.protocol.errors import Busy, InsufficientStorage, NotFound
+from plateau.protocol.values import Span
 from plateau.storage.catalog.locks import Rank, ranked
 from plateau.storage.catalog.manifest import Manifest, SegmentRow
 from plateau.storage.catalog.memory import MemoryBudget
@@ -32,9 +34,8 @@ from plateau.storage.catalog.progress import Progress
 from plateau.storage.data.durable_io import make_dirs, rename_durably
 from plateau.storage.data.open_segment import WRITE_BUFFER, OpenSegment
 from plateau.storage.data.sealed_writer import sealed_name, write_sealed
-from plateau.storage.errors import Busy, InsufficientStorage, NotFound
 from plateau.storage.topic_config import SegmentConfig
-from plateau.storage.types import Index, Span, WritePolicy
+from plateau.storage.types import Index, WritePolicy
 
 log = logging.getLogger(__name__)
 SCHEMA_CHANGE_WAIT = 5.0  # seconds an append with a new schema waits for the previous seal

@@ -16,22 +16,16 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from plateau.protocol.errors import InvalidInput
+from plateau.protocol.focus import DataFocus
+from plateau.protocol.values import Order, RecordStatus, Span
 from plateau.storage.catalog.manifest import SegmentRow
 from plateau.storage.data.decoded_cache import Columns
 from plateau.storage.data.open_segment import OpenSegment
 from plateau.storage.data.reader_cache import ColumnsOf, ReaderCache
 from plateau.storage.data.sealed_reader import SegmentReader
-from plateau.storage.errors import InvalidInput
-from plateau.storage.focus import DataFocus
 from plateau.storage.partition import PartitionView
-from plateau.storage.types import (
-    Order,
-    PartitionRead,
-    RecordStatus,
-    Span,
-    TimeRange,
-    TopicRead,
-)
+from plateau.storage.types import PartitionRead, TimeRange, TopicRead
 
 COMPACT_ABOVE = 4  # copy a read out of buffers over this many times its own size
 

@@ -1,4 +1,4 @@
-"""Typed values shared by the engine, server and client.
+"""Typed values of the engine, shared with the server.
 
 Indexes and segment ids are distinct types so that a segment id can never be
 passed where a record index is expected (mypy checks it).
@@ -7,30 +7,17 @@ passed where a record index is expected (mypy checks it).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import StrEnum
 from typing import NewType
 
 import pyarrow as pa
+
+from plateau.protocol.values import RecordStatus, Span
 
 Index = NewType("Index", int)
 """Position of a record in its partition: dense, from 0, never reused."""
 
 SegmentId = NewType("SegmentId", int)
 """Manifest row id of a segment; unique per node, never reused."""
-
-
-@dataclass(frozen=True)
-class Span:
-    """An end-exclusive range of indexes, as in plateau's ``{"start","end"}``."""
-
-    start: int
-    end: int
-
-    def __len__(self) -> int:
-        return self.end - self.start
-
-    def to_json(self) -> dict[str, int]:
-        return {"start": self.start, "end": self.end}
 
 
 @dataclass(frozen=True)
@@ -44,20 +31,6 @@ class TimeRange:
         if self.start_ms is not None and hi_ms < self.start_ms:
             return False
         return not (self.end_ms is not None and lo_ms > self.end_ms)
-
-
-class RecordStatus(StrEnum):
-    """plateau's iteration status, sent in ``plateau.protocol.ITERATION_STATUS_HEADER``."""
-
-    ALL = "All"
-    SCHEMA_CHANGE = "SchemaChange"
-    RECORD_LIMITED = "RecordLimited"
-    BYTE_LIMITED = "ByteLimited"
-
-
-class Order(StrEnum):
-    ASC = "asc"
-    DESC = "desc"
 
 
 @dataclass

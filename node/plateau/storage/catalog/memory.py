@@ -35,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from plateau.storage.errors import Busy
+from plateau.protocol.errors import Busy
 
 MiB = 1024 * 1024
 MIN_BUDGET = 64 * MiB

@@ -18,7 +18,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import StrEnum
 
-from plateau.storage.errors import OwnerConflict
+from plateau.protocol.errors import OwnerConflict
 from plateau.storage.topic_config import TopicOwner
 
 

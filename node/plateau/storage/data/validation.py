@@ -7,7 +7,7 @@ import time
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from plateau.storage.errors import InvalidInput
+from plateau.protocol.errors import InvalidInput
 
 TIME = "time"
 

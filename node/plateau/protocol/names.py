@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 
-from plateau.storage.errors import InvalidInput
+from plateau.protocol.errors import InvalidInput
 
 NAME_PATTERN = re.compile(r"[a-z0-9_-][a-z0-9_.-]{0,127}")
 NAME_RULE = (

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from plateau.storage.errors import InvalidInput
+from plateau.protocol.errors import InvalidInput
 
 ALL = "*"
 MAX_PATHS = 1000
