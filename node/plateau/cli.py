@@ -30,6 +30,7 @@ from plateau.cli_options import Timeout as TimeoutOpt
 from plateau.cli_options import Token as TokenOpt
 from plateau.cli_options import Url as UrlOpt
 from plateau.protocol import DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE
+from plateau.spark.kube.conf import MOUNT_PATH
 
 if TYPE_CHECKING:
     from plateau.client import PlateauClient
@@ -464,7 +465,7 @@ def spark_conf(
     mount_path: Annotated[
         str,
         typer.Option(help="Where Spark's pods see the volume (the reader's 'path'; path mode)."),
-    ] = "/plateau/data",
+    ] = MOUNT_PATH,
     fmt: Annotated[
         str,
         typer.Option(

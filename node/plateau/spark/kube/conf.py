@@ -39,6 +39,7 @@ import yaml
 from plateau.spark.kube.job import Job, job_comments, job_settings, job_spec
 
 VOLUME = "plateau-data"
+MOUNT_PATH = "/plateau/data"  # where the pods see the volume by default (path mode)
 FORMATS = ("conf", "properties", "sparkapplication")
 MODES = ("path", "url")
 SHARED_MODES = {"ReadWriteMany", "ReadOnlyMany"}
