@@ -22,7 +22,7 @@ from pydantic_settings import (
 )
 
 from plateau.protocol import MAX_REQUEST_SIZE_HEADER
-from plateau.storage.topic_config import MiB, TopicConfig
+from plateau.protocol.topic_config import MiB, TopicConfig
 
 _config_file: ContextVar[str | None] = ContextVar("plateau_config_file", default=None)
 

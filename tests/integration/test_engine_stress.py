@@ -20,9 +20,9 @@ from pathlib import Path
 import pyarrow as pa
 
 from plateau.protocol.errors import Busy
+from plateau.protocol.topic_config import TopicConfigRequest
 from plateau.settings import StorageSettings
 from plateau.storage.engine import Engine
-from plateau.storage.topic_config import TopicConfigRequest
 from testkit.stress import assert_indexes_never_reused, operator_mix, run_stress
 
 SECONDS = 6.0

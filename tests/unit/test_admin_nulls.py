@@ -12,10 +12,10 @@ from pathlib import Path
 
 import httpx
 
+from plateau.protocol.topic_config import TopicConfig, TopicConfigRequest
 from plateau.server.app import create_app
 from plateau.settings import NodeSettings, StorageSettings
 from plateau.storage.engine import Engine
-from plateau.storage.topic_config import TopicConfig, TopicConfigRequest
 
 DEFAULTS = TopicConfig.model_validate(
     {"retention": {"max_age_seconds": 3600}, "segment": {"format": "arrow", "max_rows": 7}}

@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 
 from plateau.protocol import ARROW_FILE, ARROW_STREAM, JSON
 from plateau.protocol.errors import PlateauError
+from plateau.protocol.topic_config import TopicConfigRequest
 from plateau.server.codecs import decode_append
 from plateau.settings import StorageSettings
 from plateau.storage.engine import Engine
-from plateau.storage.topic_config import TopicConfigRequest
 from testkit.arrowhttp import ipc_file, ipc_stream
 
 SETTINGS = settings(

@@ -8,8 +8,8 @@ import pyarrow as pa
 import pytest
 
 from plateau.protocol.errors import Conflict, InvalidInput, NotFound
+from plateau.protocol.topic_config import TopicConfigRequest
 from plateau.protocol.values import Order, RecordStatus, Span
-from plateau.storage.topic_config import TopicConfigRequest
 from plateau.storage.types import TimeRange
 from tests.unit.conftest import EngineFactory, append_retrying, wait_for
 

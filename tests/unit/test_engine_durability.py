@@ -9,13 +9,13 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 
+from plateau.protocol.topic_config import RetentionConfig, TopicConfigRequest
 from plateau.protocol.values import Span
 from plateau.settings import StorageSettings
 from plateau.storage.catalog.manifest import SegmentRow
 from plateau.storage.catalog.retention import plan
 from plateau.storage.data.recovery import read_open_file, seal_in_place
 from plateau.storage.engine import Engine
-from plateau.storage.topic_config import RetentionConfig, TopicConfigRequest
 from plateau.storage.types import Index, SegmentId
 from tests.unit.conftest import EngineFactory, append_retrying, wait_for
 

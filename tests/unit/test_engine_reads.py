@@ -15,6 +15,7 @@ import pyarrow.parquet as pq
 import pytest
 from prometheus_client import REGISTRY
 
+from plateau.protocol.topic_config import TopicConfigRequest
 from plateau.protocol.values import Order, RecordStatus, Span
 from plateau.storage.data.decoded_cache import DecodedCache
 from plateau.storage.data.durable_io import PageDropper
@@ -22,7 +23,6 @@ from plateau.storage.data.reader_cache import ReaderCache
 from plateau.storage.data.sealed_reader import SegmentReader
 from plateau.storage.data.sealed_writer import write_sealed
 from plateau.storage.engine import Engine
-from plateau.storage.topic_config import TopicConfigRequest
 from plateau.storage.types import SegmentId
 from tests.unit.conftest import EngineFactory, append_retrying, wait_for
 

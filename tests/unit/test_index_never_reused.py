@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 
+from plateau.protocol.topic_config import TopicConfigRequest
 from plateau.protocol.values import Span
-from plateau.storage.topic_config import TopicConfigRequest
 from tests.unit.conftest import EngineFactory
 
 

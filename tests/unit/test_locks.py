@@ -7,8 +7,8 @@ import time
 
 import pytest
 
+from plateau.protocol.topic_config import TopicConfigRequest
 from plateau.storage.catalog.locks import CheckedLock, LockOrderError, Rank, ranked
-from plateau.storage.topic_config import TopicConfigRequest
 from tests.unit.conftest import EngineFactory
 
 

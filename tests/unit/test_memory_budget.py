@@ -9,9 +9,9 @@ import pyarrow as pa
 import pytest
 
 from plateau.protocol.errors import Busy
+from plateau.protocol.topic_config import TopicConfigRequest
 from plateau.storage.catalog.memory import BudgetSource, MemoryBudget, cgroup_memory_limit
 from plateau.storage.data.open_segment import WRITE_BUFFER
-from plateau.storage.topic_config import TopicConfigRequest
 from tests.unit.conftest import EngineFactory, wait_for
 
 MiB = 1 << 20

@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from plateau.client.units import parse_duration
+from plateau.protocol.topic_config import TopicConfigRequest
 from plateau.settings import load_settings
-from plateau.storage.topic_config import TopicConfigRequest
 from plateau_operator import resources
 from plateau_operator.crd import CHECKSUM_ANNOTATION
 from plateau_operator.spec import InvalidSpec, NodeSpec, TopicSpec

@@ -1,5 +1,9 @@
 """Per-topic configuration: partitions, retention budget and segment limits.
 
+It lives in the protocol layer because it is wire contract: what ``PUT
+/admin/topics/{t}`` takes and returns, read alike by the node, the client and
+the operator; storage imports it from here, never the other way round.
+
 The admin API (``PUT /admin/topics/{t}``) takes this model as JSON with every
 field optional; missing fields take the node's topic defaults. The resolved
 config is stored in the manifest, so it survives restarts.

@@ -10,9 +10,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from plateau.protocol.topic_config import TopicConfig, TopicOwner
 from plateau.protocol.values import RecordStatus
 from plateau.storage.catalog.ownership import Claim
-from plateau.storage.topic_config import TopicConfig, TopicOwner
 
 
 class ErrorReply(BaseModel):

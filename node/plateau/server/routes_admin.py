@@ -24,6 +24,7 @@ from starlette.concurrency import run_in_threadpool
 from plateau.protocol import ADMIN_NODE_PATH, ADMIN_PREFIX, ADMIN_TOPIC_PATH, JSON, server_route
 from plateau.protocol.errors import InvalidInput, NotFound
 from plateau.protocol.names import check_name
+from plateau.protocol.topic_config import TopicConfigRequest
 from plateau.server.auth import WriteAccess
 from plateau.server.body import read_body
 from plateau.server.errors import describe_validation_errors
@@ -38,7 +39,6 @@ from plateau.server.models import (
 from plateau.server.state import node_state
 from plateau.storage.catalog.ownership import owner_json
 from plateau.storage.engine import Engine
-from plateau.storage.topic_config import TopicConfigRequest
 from plateau.storage.types import TopicUsage
 
 _TOPIC = server_route(ADMIN_TOPIC_PATH).removeprefix(ADMIN_PREFIX)

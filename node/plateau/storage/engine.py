@@ -34,6 +34,7 @@ from plateau.metrics import (
 from plateau.protocol.errors import InsufficientStorage, NotFound, Unavailable
 from plateau.protocol.focus import DataFocus
 from plateau.protocol.names import check_name
+from plateau.protocol.topic_config import TopicConfig, TopicConfigRequest, TopicOwner
 from plateau.protocol.values import Order, RecordStatus, Span
 from plateau.settings import StorageSettings
 from plateau.storage import record_reads
@@ -49,7 +50,6 @@ from plateau.storage.data.reader_cache import ReaderCache
 from plateau.storage.data.recovery import recover
 from plateau.storage.data.validation import prepare
 from plateau.storage.partition import Partition, PartitionContext
-from plateau.storage.topic_config import TopicConfig, TopicConfigRequest, TopicOwner
 from plateau.storage.types import (
     Index,
     NodeUsage,

@@ -32,8 +32,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from plateau.protocol.topic_config import TopicConfig, TopicOwner
 from plateau.storage.catalog.locks import Rank, ranked
-from plateau.storage.topic_config import TopicConfig, TopicOwner
 from plateau.storage.types import Index, SegmentId
 
 SCHEMA = """

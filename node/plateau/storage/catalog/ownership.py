@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 from plateau.protocol.errors import OwnerConflict
-from plateau.storage.topic_config import TopicOwner
+from plateau.protocol.topic_config import TopicOwner
 
 
 class Claim(StrEnum):

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from plateau.metrics import RETENTION_DELETED_BYTES, RETENTION_DELETED_SEGMENTS
+from plateau.protocol.topic_config import RetentionConfig
 from plateau.storage.catalog.manifest import Manifest, SegmentRow
 from plateau.storage.data.reader_cache import ReaderCache
 from plateau.storage.partition import Partition
-from plateau.storage.topic_config import RetentionConfig
 
 log = logging.getLogger(__name__)
 

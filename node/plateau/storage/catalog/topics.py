@@ -22,11 +22,11 @@ from typing import Any
 from plateau.metrics import TOPIC_BUDGET_BYTES
 from plateau.protocol.errors import NotFound, OverBudget, PartitionsDecrease
 from plateau.protocol.names import check_name
+from plateau.protocol.topic_config import TopicConfig, TopicConfigRequest, TopicOwner
 from plateau.storage.catalog.locks import Rank, ranked
 from plateau.storage.catalog.manifest import Manifest, SegmentRow
 from plateau.storage.catalog.ownership import Claimed, check_delete, decide, owner_json
 from plateau.storage.partition import Partition
-from plateau.storage.topic_config import TopicConfig, TopicConfigRequest, TopicOwner
 from plateau.storage.types import Index
 
 PartitionFactory = Callable[[str, str, Index, list[SegmentRow]], Partition]

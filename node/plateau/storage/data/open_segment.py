@@ -24,9 +24,9 @@ from typing import BinaryIO
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from plateau.protocol.topic_config import SegmentConfig
 from plateau.storage.catalog.group_commit import GroupCommit
 from plateau.storage.data.durable_io import PageDropper
-from plateau.storage.topic_config import SegmentConfig
 from plateau.storage.types import Index, SegmentId
 
 WRITE_BUFFER = 1024 * 1024
