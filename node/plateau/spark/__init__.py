@@ -19,16 +19,14 @@ PySpark, so they are tested and reused without a JVM.
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
+
+from plateau.spark.jar import JAR, jar_path
 
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
 __all__ = ["JAR", "jar_path", "read_topic", "register"]
-
-# plateau's Spark jar (jvm/), built by tools/build-spark-jar: not in git, in the wheel
-JAR = Path(__file__).with_name("jars") / "plateau-spark.jar"
 
 
 def register(spark: SparkSession) -> None:
@@ -60,13 +58,3 @@ def read_topic(spark: SparkSession, **options: Any) -> DataFrame:
     from plateau.spark.topic_parquet import read_topic as read
 
     return read(spark, options)
-
-
-def jar_path() -> Path:
-    """plateau's Spark jar: put it on ``spark.jars`` for ``read_topic(url=...)`` (the Spark
-    image has it on the classpath)."""
-    if not JAR.is_file():
-        raise FileNotFoundError(
-            f"plateau's Spark jar is not built: {JAR} (tools/build-spark-jar builds it)"
-        )
-    return JAR

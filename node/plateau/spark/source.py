@@ -19,43 +19,16 @@ from pyspark.sql.datasource import (
     Filter,
     InputPartition,
 )
-from pyspark.sql.pandas.types import from_arrow_schema, to_arrow_schema
+from pyspark.sql.pandas.types import from_arrow_schema
 from pyspark.sql.types import StructType
 
 from plateau.spark.merge import wanted
-from plateau.spark.modes import open_listing, read_task
+from plateau.spark.modes import open_listing
 from plateau.spark.options import SourceOptions, parse
-from plateau.spark.plan import Slice, batch_ranges, chosen, plan, tasks
+from plateau.spark.plan import batch_ranges, chosen, plan
 from plateau.spark.pushdown import all_back, narrow
-from plateau.spark.task_sizing import read_share
-
-
-class SliceInput(InputPartition):
-    """One Spark task's slices (none: nothing to read; Spark wants at least one task)."""
-
-    def __init__(self, pieces: tuple[Slice, ...]) -> None:
-        super().__init__(pieces)
-        self.pieces = pieces
-
-
-def arrow_target(schema: StructType) -> pa.Schema:
-    """Spark's own Arrow form of the declared schema: batches must match it exactly."""
-    return to_arrow_schema(schema, timezone="UTC")
-
-
-def read_input(
-    partition: InputPartition, options: SourceOptions, target: pa.Schema
-) -> Iterator[pa.RecordBatch]:
-    assert isinstance(partition, SliceInput)
-    return read_task(partition.pieces, options, target)
-
-
-def inputs(
-    pieces: Sequence[Slice], options: SourceOptions, target: pa.Schema
-) -> list[InputPartition]:
-    """Spark tasks of about ``bytesPerTask`` moved: on disk, that over the read's share."""
-    budget = int(options.bytes_per_task / read_share(pieces, target, options.time_bounded))
-    return [SliceInput(t) for t in tasks(pieces, budget)] or [SliceInput(())]
+from plateau.spark.stream import PlateauStreamReader
+from plateau.spark.tasks import arrow_target, inputs, read_input
 
 
 class PlateauDataSource(DataSource):
@@ -79,8 +52,6 @@ class PlateauDataSource(DataSource):
         return PlateauReader(self.parsed, schema)
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
-        from plateau.spark.stream import PlateauStreamReader
-
         return PlateauStreamReader(self.parsed, schema)
 
 

@@ -29,7 +29,7 @@ from plateau.protocol.values import Span
 from plateau.spark.modes import open_listing
 from plateau.spark.options import OptionError, SourceOptions
 from plateau.spark.plan import chosen, lost_before, plan, resolve
-from plateau.spark.source import arrow_target, inputs, read_input
+from plateau.spark.tasks import arrow_target, inputs, read_input
 
 
 def cap(start: dict[str, int], end: dict[str, int], limit: int) -> dict[str, int]:

@@ -33,7 +33,7 @@ import pyarrow as pa
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.pandas.types import from_arrow_schema
 
-from plateau.spark import JAR
+from plateau.spark.jar import JAR
 from plateau.spark.merge import (
     INDEX,
     META_ARROW,

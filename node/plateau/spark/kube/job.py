@@ -9,12 +9,9 @@ of ``kubeconf``.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from plateau.spark.kube import sizing as kubesizing
-
-if TYPE_CHECKING:
-    from plateau.spark.kube.conf import _Api
 
 SERVICE_ACCOUNT = "plateau-spark"  # the chart's spark.serviceAccount.name
 # spark-submit (cluster mode) waits for the driver to end and prints its final state;
@@ -24,6 +21,19 @@ FAIL_FAST = {
     "spark.kubernetes.submission.waitAppCompletion": "true",
     "spark.kubernetes.driver.annotateExitException": "true",
 }
+
+
+class ClusterView(Protocol):
+    """What sizing a job asks of the API server (``kubeconf``'s client is one): declared
+    here so that this module needs nothing of ``kubeconf``, which imports it."""
+
+    def master(self) -> str: ...
+
+    def nodes(self) -> tuple[list[dict[str, Any]] | None, str]: ...
+
+    def pods(self, host: str | None) -> list[dict[str, Any]] | None: ...
+
+    def service_account_missing(self, name: str, namespace: str) -> bool: ...
 
 
 @dataclass(frozen=True)
@@ -78,7 +88,7 @@ def job_spec(j: Job) -> dict[str, Any]:
 
 
 def job(
-    api: _Api,
+    api: ClusterView,
     namespace: str,
     context: str | None,
     service_account: str,
