@@ -190,10 +190,11 @@ def conform(
     return pa.RecordBatch.from_arrays(arrays, schema=target)
 
 
-def within_time(
+def table_within_time(
     table: pa.Table, indexes: pa.Array, starting_ms: int | None, ending_ms: int | None
 ) -> tuple[pa.Table, pa.Array]:
-    """The rows (and their indexes) with ``starting_ms <= time < ending_ms``."""
+    """An Arrow table's rows (and their indexes) with ``starting_ms <= time < ending_ms``:
+    the Python readers' time bounds; ``topic_frames.frame_within_time`` is the JVM reads'."""
     if (starting_ms is None and ending_ms is None) or TIME_COLUMN not in table.column_names:
         return table, indexes
     ms = time_ms(table.column(TIME_COLUMN))

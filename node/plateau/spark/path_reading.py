@@ -23,7 +23,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from plateau.protocol.values import Span
-from plateau.spark.merge import TIME_COLUMN, conform, file_columns, time_ms, within_time
+from plateau.spark.merge import TIME_COLUMN, conform, file_columns, table_within_time, time_ms
 from plateau.spark.options import SourceOptions
 from plateau.spark.plan import Slice, report_loss
 
@@ -68,7 +68,7 @@ def _emit(
         return
     table = table.slice(lo, hi - lo)
     indexes = pa.array(np.arange(first + lo, first + hi, dtype=np.int64))
-    table, indexes = within_time(table, indexes, options.starting_ms, options.ending_ms)
+    table, indexes = table_within_time(table, indexes, options.starting_ms, options.ending_ms)
     if table.num_rows:
         yield conform(table, piece.partition, indexes, target)
 

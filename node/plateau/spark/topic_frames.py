@@ -21,7 +21,7 @@ def as_timestamp(time_type: pa.DataType | None) -> Column:
     return F.timestamp_millis(F.col(TIME_COLUMN))
 
 
-def within_time(
+def frame_within_time(
     df: DataFrame, time_type: pa.DataType, starting_ms: int | None, ending_ms: int | None
 ) -> DataFrame:
     """Filters on the stored ``time`` column itself, so that Parquet skips row groups.

@@ -29,7 +29,7 @@ from plateau.spark.merge import INDEX, PARTITION, TIME, TIME_COLUMN, topic_field
 from plateau.spark.options import OptionError, parse
 from plateau.spark.path_listing import VolumeListing, files_schema
 from plateau.spark.plan import Slice, batch_ranges, chosen, plan
-from plateau.spark.topic_frames import as_timestamp, within_time
+from plateau.spark.topic_frames import as_timestamp, frame_within_time
 
 FILE = F.col("_metadata.file_path")
 FIRST_INDEX = F.regexp_extract(FILE, r"/(\d+)-\d+\.parquet$", 1).cast("long")
@@ -70,7 +70,7 @@ def read_topic(spark: SparkSession, raw: Mapping[str, Any]) -> DataFrame:
     # snapshot.json has each file's time bounds
     bounded = not all(s.within(options.starting_ms, options.ending_ms) for s in pieces)
     if time_type is not None and bounded:
-        df = within_time(df, time_type, options.starting_ms, options.ending_ms)
+        df = frame_within_time(df, time_type, options.starting_ms, options.ending_ms)
     # Only the meta columns asked for: Spark keeps reading _metadata (and generating
     # Parquet row indexes) once the plan names it, even if a query then ignores the
     # column; that cost a fifth of a full scan's speed.

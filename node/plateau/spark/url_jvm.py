@@ -47,7 +47,7 @@ from plateau.spark.merge import (
 )
 from plateau.spark.options import OptionError, SourceOptions, parse
 from plateau.spark.plan import Slice, batch_ranges, chosen, plan, tasks
-from plateau.spark.topic_frames import as_timestamp, within_time
+from plateau.spark.topic_frames import as_timestamp, frame_within_time
 from plateau.spark.url_reading import RemoteListing, focus
 
 log = logging.getLogger(__name__)
@@ -154,7 +154,7 @@ def read_url(spark: SparkSession, raw: Mapping[str, Any]) -> DataFrame:
     )
     time_type = data.field(TIME_COLUMN).type if TIME_COLUMN in data.names else None
     if time_type is not None:
-        df = within_time(df, time_type, options.starting_ms, options.ending_ms)
+        df = frame_within_time(df, time_type, options.starting_ms, options.ending_ms)
     if TIME in columns.names:
         df = df.withColumn(TIME, as_timestamp(time_type))
     return df.select(*columns.names)

@@ -29,7 +29,7 @@ from plateau.client.errors import (
     PlateauClientError,
 )
 from plateau.protocol.values import Span
-from plateau.spark.merge import META, TIME_COLUMN, conform, merge_schemas, within_time
+from plateau.spark.merge import META, TIME_COLUMN, conform, merge_schemas, table_within_time
 from plateau.spark.options import OptionError, SourceOptions
 from plateau.spark.plan import Slice, report_loss
 from plateau.spark.url_prefetch import read_ahead
@@ -154,6 +154,6 @@ def _page(
     table: pa.Table, first: int, piece: Slice, options: SourceOptions, target: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
     indexes = pa.array(np.arange(first, first + table.num_rows, dtype=np.int64))
-    table, indexes = within_time(table, indexes, options.starting_ms, options.ending_ms)
+    table, indexes = table_within_time(table, indexes, options.starting_ms, options.ending_ms)
     if table.num_rows:
         yield conform(table, piece.partition, indexes, target)
