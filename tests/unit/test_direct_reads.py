@@ -13,7 +13,7 @@ import pytest
 from plateau.storage.data.arrow_footer import Block, record_batch_blocks
 from plateau.storage.data.arrow_footer import batch_rows as footer_batch_rows
 from plateau.storage.data.decoded_cache import DecodedCache
-from plateau.storage.data.direct_io import open_direct, read_range
+from plateau.storage.data.direct_io import open_direct, read_bytes_direct
 from plateau.storage.data.sealed_reader import SegmentReader
 from plateau.storage.data.sealed_writer import write_sealed
 from tests.unit.test_engine_reads import _resident_pages
@@ -128,7 +128,7 @@ def _disk_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
-def test_read_range_returns_exactly_the_unaligned_range(tmp_path: Path) -> None:
+def test_read_bytes_direct_returns_exactly_the_unaligned_range(tmp_path: Path) -> None:
     path = _disk_dir(tmp_path) / "f"
     data = os.urandom(3 * 4096 + 123)
     path.write_bytes(data)
@@ -136,9 +136,11 @@ def test_read_range_returns_exactly_the_unaligned_range(tmp_path: Path) -> None:
     assert fd is not None
     try:
         for offset, length in [(0, 1), (1, 4096), (4095, 2), (5000, 7000), (0, len(data))]:
-            assert read_range(fd, offset, length).to_pybytes() == data[offset : offset + length]
+            assert (
+                read_bytes_direct(fd, offset, length).to_pybytes() == data[offset : offset + length]
+            )
         with pytest.raises(OSError):
-            read_range(fd, len(data) - 10, 20)  # past the end: a short read
+            read_bytes_direct(fd, len(data) - 10, 20)  # past the end: a short read
     finally:
         os.close(fd)
 

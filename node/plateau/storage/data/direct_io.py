@@ -44,7 +44,7 @@ def open_direct(path: os.PathLike[str] | str) -> int | None:
         return None
 
 
-def read_range(fd: int, offset: int, length: int) -> pa.Buffer:
+def read_bytes_direct(fd: int, offset: int, length: int) -> pa.Buffer:
     """``length`` bytes at ``offset`` of the file open as ``fd`` (with ``O_DIRECT``).
 
     The aligned read lands in a new buffer from pyarrow's memory pool (reused

@@ -31,7 +31,7 @@ from prometheus_client import Counter
 from plateau.metrics import READ_CHUNKS
 from plateau.storage.data.arrow_footer import Block, batch_rows, record_batch_blocks
 from plateau.storage.data.decoded_cache import ChunkId, Columns, DecodedCache
-from plateau.storage.data.direct_io import open_direct, read_range
+from plateau.storage.data.direct_io import open_direct, read_bytes_direct
 from plateau.storage.data.durable_io import PAGE
 from plateau.storage.data.sealed_writer import arrow_batches
 
@@ -281,7 +281,7 @@ class SegmentReader:
         if self._direct_fd is not None:
             block = self._blocks[chunk]
             try:
-                data = read_range(self._direct_fd, block.offset, block.length)
+                data = read_bytes_direct(self._direct_fd, block.offset, block.length)
             except OSError as exc:  # the device refused: read through the page cache from now on
                 log.warning("direct read of %s failed (%s); reading it buffered", self._key, exc)
                 self._direct_fd = None
