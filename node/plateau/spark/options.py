@@ -24,11 +24,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, Literal
 
+from plateau.protocol import MAX_PAGE_SIZE
 from plateau.protocol.names import NAME_PATTERN
 
 EARLIEST = -2  # Kafka's: a partition's first index still stored
 LATEST = -1  # Kafka's: a partition's end (the next index to be appended)
-DEFAULT_URL_PAGE_ROWS = 10_000  # the node's largest page_size
 DEFAULT_URL_SPLIT_ROWS = 4_000_000
 DEFAULT_BYTES_PER_TASK = 128 * 1024 * 1024  # as Spark's spark.sql.files.maxPartitionBytes
 TOKEN_ENV = "PLATEAU_TOKEN"  # url mode's token when no option 'token' is given (as the CLI's)
@@ -73,7 +73,7 @@ class SourceOptions:
     columns: tuple[str, ...] | None = None
     dataset: tuple[str, ...] = ()
     dataset_exclude: tuple[str, ...] = ()
-    url_page_rows: int = DEFAULT_URL_PAGE_ROWS
+    url_page_rows: int = MAX_PAGE_SIZE  # the node's largest page: fewest requests
     url_split_rows: int = DEFAULT_URL_SPLIT_ROWS
     bytes_per_task: int = DEFAULT_BYTES_PER_TASK
     # narrowed by filters Spark pushed down (``pushdown``), never by the user directly
@@ -101,7 +101,7 @@ KNOWN = {
     "columns": "the columns to read, comma-separated or a JSON list",
     "dataset": "url mode: the node's data focus, paths to keep",
     "dataset.exclude": "url mode: the node's data focus, paths to drop",
-    "url.pagerows": f"url mode: rows per HTTP page (default and most {DEFAULT_URL_PAGE_ROWS})",
+    "url.pagerows": f"url mode: rows per HTTP page (default and most {MAX_PAGE_SIZE})",
     "url.splitrows": f"url mode: indexes per Spark task (default {DEFAULT_URL_SPLIT_ROWS})",
     "bytespertask": f"path mode: segment bytes per Spark task (default {DEFAULT_BYTES_PER_TASK})",
 }
@@ -161,8 +161,8 @@ def parse(options: Mapping[str, Any]) -> SourceOptions:
         columns=_names(opts, "columns"),
         dataset=dataset,
         dataset_exclude=exclude,
-        url_page_rows=_positive(opts, "url.pagerows", "url.pageRows", DEFAULT_URL_PAGE_ROWS)
-        or DEFAULT_URL_PAGE_ROWS,
+        url_page_rows=_positive(opts, "url.pagerows", "url.pageRows", MAX_PAGE_SIZE)
+        or MAX_PAGE_SIZE,
         url_split_rows=_positive(opts, "url.splitrows", "url.splitRows") or DEFAULT_URL_SPLIT_ROWS,
         bytes_per_task=_positive(opts, "bytespertask", "bytesPerTask") or DEFAULT_BYTES_PER_TASK,
     )
