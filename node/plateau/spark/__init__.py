@@ -1,20 +1,36 @@
-"""Spark readers for plateau's data: ``spark.read``/``readStream.format("plateau")``.
+"""Spark readers for plateau's data, and the map of their read paths to modules.
 
 Install with the ``spark`` extra (``pip install plateau-k8s[spark]``). Two ways in:
+``register(spark)`` then ``spark.read``/``spark.readStream.format("plateau")``
+(a Python data source), or ``read_topic(spark, ...)`` (a batch DataFrame read
+in the JVM, for full scans: a Python data source moves every declared column
+through Python). Four read paths:
 
-- ``register(spark)`` then ``spark.read.format("plateau")`` (batch) or
-  ``spark.readStream.format("plateau")`` (streaming): a Python data source that
-  reads a node's data directory (``path``, typically its volume mounted
-  read-only) or a node's HTTP API (``url``);
-- ``read_topic(spark, path=..., topic=...)``: a batch DataFrame of a ``parquet``
-  topic built on Spark's own Parquet reader, for full scans (column pruning and
-  predicate pushdown happen in the JVM; a Python data source moves every
-  declared column through Python); ``read_topic(spark, url=..., topic=...)``:
-  a batch DataFrame of a node's topic read by plateau's JVM reader (its jar on
-  ``spark.jars``: ``jar_path()``), for the same reason.
+- path mode, ``format("plateau")`` with ``path``: a node's data directory
+  (typically its volume mounted read-only), sealed segments found through its
+  ``snapshot.json``: ``path_listing`` (the listing), ``path_reading`` (a
+  task's segment files);
+- url mode, ``format("plateau")`` with ``url``: the node's HTTP API, the open
+  segment included: ``url_reading`` (listing, schema sample and a task's
+  pages), ``url_prefetch`` (the next page fetched while Spark takes this one);
+- the JVM url reader, ``read_topic`` with ``url``: Python plans, plateau's jar
+  (``jvm/``; ``jar_path()`` for ``spark.jars``) reads the pages: ``url_jvm``,
+  ``jar``;
+- read_topic's parquet path, ``read_topic`` with ``path`` on a ``parquet``
+  topic: Spark's own Parquet reader on the files ``snapshot.json`` names:
+  ``topic_parquet``.
 
-The option parsing, the volume's listing and the segment reading import no
-PySpark, so they are tested and reused without a JVM.
+Shared: by both modes of ``format("plateau")``: ``source`` (the data source
+and its batch reader), ``stream`` (the streaming reader), ``tasks`` (cutting a
+read into Spark tasks, and running one), ``task_sizing`` (bytes a task moves),
+``modes`` (path or url), ``pushdown`` (filters pushed into a batch read); by
+both ``read_topic`` paths: ``topic_frames`` (DataFrame steps); by every path:
+``options`` (the options, checked once), ``plan`` (partitions, index ranges,
+slices), ``merge`` (the schema across segments, batches shaped to Spark's).
+``kube/`` is not a reader: ``plateau spark-conf``'s settings for a job.
+
+The option parsing, the listings and the segment reading import no PySpark,
+so they are tested and reused without a JVM.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Where plateau's Spark jar is: the JVM url reader (``url_jvm``) needs it on ``spark.jars``.
+"""``read_topic`` with ``url``: where the JVM url reader's jar is (for ``spark.jars``).
 
 A module of its own so that ``url_jvm`` finds the jar without importing the
 package (``plateau.spark`` imports ``url_jvm``): no import cycle.

@@ -1,4 +1,4 @@
-"""Schemas: merged across segments, made Spark-readable, and batches shaped to them.
+"""Every read path's schema: merged across segments, made Spark-readable, batches shaped to it.
 
 A topic's schema may change between segments (each segment has exactly one).
 A reader declares one schema for the whole read: Arrow's permissive merge of

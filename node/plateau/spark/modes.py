@@ -1,4 +1,4 @@
-"""The two ways to a topic: a data directory (``path``) or a node (``url``)."""
+"""``format("plateau")``'s two modes: path mode (a data directory) or url mode (a node)."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The reader's options, parsed and checked once, at ``load()``.
+"""Every read path's options (``format("plateau")``, ``read_topic``), checked once, up front.
 
 Spark hands a data source its options as strings; every mistake is reported
 here, naming the option, before a task starts (a bad option found inside a

@@ -1,4 +1,4 @@
-"""A topic on a node's data directory, found through ``snapshot.json`` alone.
+"""Path mode (and ``read_topic``'s parquet path): a data directory's topic, via ``snapshot.json``.
 
 The volume is typically mounted read-only into Spark's pods while the node
 writes to it. The live SQLite manifest is never opened (a WAL reader must

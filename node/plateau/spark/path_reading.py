@@ -1,4 +1,4 @@
-"""Reading one slice of a sealed segment file, in a Spark task.
+"""Path mode (``format("plateau")``): one slice of a sealed segment file, read in a Spark task.
 
 ``parquet`` files are read a row group at a time, only the columns the read
 declares (plus ``time`` when needed), skipping row groups whose ``time``

@@ -1,4 +1,4 @@
-"""What to read: partitions, index ranges and the work units (slices) Spark runs.
+"""Every read path's plan: partitions, index ranges and the work units (slices) Spark runs.
 
 Both modes (a data directory, a node's URL) describe a topic the same way, as
 a ``Listing``: each partition's stored range of indexes, and the slices that

@@ -1,4 +1,4 @@
-"""Filters Spark pushes into a batch read, used to prune what is read.
+"""``format("plateau")`` batch reads, both modes: filters Spark pushes in, to prune the read.
 
 With ``spark.sql.python.filterPushdown.enabled=true`` Spark hands a Python
 reader the conjuncts of a query's ``where``. Filters on ``_partition``,

@@ -1,4 +1,4 @@
-"""``format("plateau")``: the Python data source Spark calls, batch and streaming.
+"""``format("plateau")``, both modes: the Python data source Spark calls, and its batch reader.
 
 Spark runs ``PlateauDataSource`` and the readers' planning methods in a
 Python process on the driver and ``read`` in Python workers on executors, so

@@ -1,4 +1,4 @@
-"""``readStream.format("plateau")``: micro-batches between per-partition offsets.
+"""``readStream.format("plateau")``, both modes: micro-batches between per-partition offsets.
 
 An offset is ``{partition: next index}``. Spark writes a micro-batch's end
 offset to its checkpoint before running it and runs ``partitions(start,

@@ -1,4 +1,4 @@
-"""How much of a segment a read moves: the share that sizes its Spark tasks.
+"""``format("plateau")``, both modes: how much of a segment a read moves, to size its tasks.
 
 Why: ``bytesPerTask`` groups segments into tasks by their size on disk, but a
 read of 2 of 4 columns moves a fraction of those bytes. Left alone, such a

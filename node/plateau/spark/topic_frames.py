@@ -1,4 +1,4 @@
-"""DataFrame steps the Spark-native reads share (``read_topic``'s parquet and url paths).
+"""``read_topic``'s two paths (parquet files, JVM url reader): the DataFrame steps they share.
 
 The meta column ``_time`` and the time bounds are Spark expressions over the stored
 ``time`` column (epoch ms, or a timestamp), so that Spark plans them with the scan.

@@ -1,4 +1,4 @@
-"""``read_topic``: a ``parquet`` topic as a DataFrame on Spark's own Parquet reader.
+"""``read_topic`` with ``path``: a ``parquet`` topic as a DataFrame on Spark's Parquet reader.
 
 Why next to ``format("plateau")``: PySpark's Python data source gives a reader
 no required columns, and every declared column crosses from Python into the

@@ -1,4 +1,4 @@
-"""``read_topic`` over a node's URL: pages read by plateau's JVM reader (``jvm/``).
+"""``read_topic`` with ``url``: the JVM url reader, pages read by plateau's jar (``jvm/``).
 
 Why next to ``format("plateau")``'s url mode: PySpark gives a Python reader no
 required columns and turns every batch it yields into rows of every declared

@@ -1,4 +1,4 @@
-"""One page ahead: a url-mode task fetches its next page while Spark takes this one.
+"""Url mode (``format("plateau")``): a task fetches its next page while Spark takes this one.
 
 Why: a task's pages were sequential, so the node built page k+1 only after
 Spark had taken page k, and the node's time, the network's and Spark's

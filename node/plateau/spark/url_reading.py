@@ -1,4 +1,4 @@
-"""A topic read through a node's HTTP API (option ``url``).
+"""Url mode (``format("plateau")``): a topic read through a node's HTTP API (option ``url``).
 
 No volume is needed and the open, unsealed segment is visible too. Reads go
 by index (``GET .../partition/{p}/records?start=``), never by time on the
