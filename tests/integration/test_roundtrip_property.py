@@ -14,6 +14,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from plateau.protocol.snapshot import SNAPSHOT_FILE, decode
 from testkit.arrowhttp import append, read
 from testkit.nodeproc import NodeProcess
 
@@ -132,9 +133,9 @@ counter = itertools.count()
 def wait_sealed(data_dir: Path, topic: str, rows: int) -> None:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
-        snap = json.loads((data_dir / "snapshot.json").read_text())
-        part = snap["topics"].get(topic, {}).get("partitions", {}).get("0")
-        if part and part["end"] >= rows:
+        listed = decode((data_dir / SNAPSHOT_FILE).read_bytes()).topics.get(topic)
+        part = listed.partitions.get("0") if listed is not None else None
+        if part is not None and part.end >= rows:
             return
         time.sleep(0.02)
     raise AssertionError("segment was not sealed")

@@ -15,6 +15,7 @@ import pytest
 
 import plateau.spark
 from plateau.client import PlateauClient
+from plateau.protocol.snapshot import SNAPSHOT_FILE, decode
 from testkit.nodeproc import NodeProcess
 from tests.spark.topics import STEP_MS, T0_MS, expected_time, fill, rows, value, wait_sealed
 
@@ -279,9 +280,8 @@ def test_a_narrow_read_packs_more_segments_per_task(
     spark: Any, node: NodeProcess, fmt: str
 ) -> None:
     """bytesPerTask counts the bytes a read moves: one of four columns packs ~4x the segments."""
-    doc = json.loads((node.data_dir / "snapshot.json").read_text())
-    parts = doc["topics"][f"t-{fmt}"]["partitions"]
-    smallest = min(seg["bytes"] for d in parts.values() for seg in d["segments"])
+    parts = decode((node.data_dir / SNAPSHOT_FILE).read_bytes()).topics[f"t-{fmt}"].partitions
+    smallest = min(seg.bytes for d in parts.values() for seg in d.segments)
     src = {"topic": f"t-{fmt}", "path": str(node.data_dir), "bytesPerTask": str(smallest)}
     assert load(spark, **src).rdd.getNumPartitions() == 12, "all columns: a task per segment"
     narrow = load(spark, **src, columns="v")

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -10,6 +9,7 @@ from pathlib import Path
 import pyarrow as pa
 
 from plateau.client import PlateauClient
+from plateau.protocol.snapshot import SNAPSHOT_FILE, SnapshotError, decode
 
 T0_MS = 1_763_000_000_000  # 2025-11-13T02:13:20Z
 STEP_MS = 1000
@@ -57,12 +57,13 @@ def fill(
 
 
 def snapshot_ends(data_dir: Path, topic: str) -> dict[str, int]:
+    """Each partition's end as the node's last published snapshot lists it ({}: none yet)."""
     try:
-        doc = json.loads((data_dir / "snapshot.json").read_text())
-    except (OSError, ValueError):
+        snapshot = decode((data_dir / SNAPSHOT_FILE).read_bytes())
+    except (OSError, SnapshotError):
         return {}
-    parts = doc["topics"].get(topic, {}).get("partitions", {})
-    return {p: d["end"] for p, d in parts.items()}
+    listed = snapshot.topics.get(topic)
+    return {p: d.end for p, d in listed.partitions.items()} if listed is not None else {}
 
 
 def wait_sealed(data_dir: Path, topic: str, ends: dict[str, int], timeout: float = 30) -> None:

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import json
-
 import pyarrow as pa
 import pytest
 
 from plateau.protocol.errors import Conflict, InvalidInput, NotFound
+from plateau.protocol.snapshot import SNAPSHOT_FILE, decode
 from plateau.protocol.topic_config import TopicConfigRequest
 from plateau.protocol.values import Order, RecordStatus, Span
 from plateau.storage.types import TimeRange
@@ -138,8 +137,7 @@ def test_delete_topic_removes_data(make_engine: EngineFactory) -> None:
     e.delete_topic("t")
     assert e.topics() == []
     assert not (e.data_dir / "topics" / "t").exists()
-    snap = json.loads((e.data_dir / "snapshot.json").read_text())
-    assert snap["topics"] == {}
+    assert decode((e.data_dir / SNAPSHOT_FILE).read_bytes()).topics == {}
     with pytest.raises(NotFound):
         e.delete_topic("t")
 

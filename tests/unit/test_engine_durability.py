@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
 import pyarrow as pa
 import pytest
 
+from plateau.protocol.snapshot import SNAPSHOT_FILE, decode
 from plateau.protocol.topic_config import RetentionConfig, TopicConfigRequest
 from plateau.protocol.values import Span
 from plateau.settings import StorageSettings
@@ -138,8 +138,8 @@ def test_retention_keeps_budget_and_never_reuses_indexes(
     part = e._topic("t").partitions["0"]
 
     def snapshot_paths() -> list[str]:
-        snap = json.loads((e.data_dir / "snapshot.json").read_text())
-        return [s["path"] for s in snap["topics"]["t"]["partitions"]["0"]["segments"]]
+        snap = decode((e.data_dir / SNAPSHOT_FILE).read_bytes())
+        return [s.path for s in snap.topics["t"].partitions["0"].segments]
 
     # retention runs right after each seal: the budget holds once the last seal is done,
     # and the snapshot follows once that pass has published (then it unlinks the files)

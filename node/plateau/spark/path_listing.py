@@ -9,42 +9,47 @@ immutable files, and a file it names can only disappear through retention.
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from plateau.protocol.snapshot import (
+    SNAPSHOT_FILE,
+    SNAPSHOT_VERSION,
+    Snapshot,
+    SnapshotError,
+    SnapshotPartition,
+    SnapshotSegment,
+    SnapshotVersionError,
+    decode,
+)
 from plateau.protocol.values import Span
 from plateau.spark.merge import merge_schemas
 from plateau.spark.options import OptionError, SourceOptions, data_dir
 from plateau.spark.plan import Slice
 
-SNAPSHOT = "snapshot.json"
-SUPPORTED_VERSION = 1
 
-
-def load_snapshot(root: Path) -> dict[str, Any]:
+def load_snapshot(root: Path) -> Snapshot:
     """The node's latest published listing; errors name the ``path`` option."""
     if not root.is_dir():
         raise OptionError(f"option 'path': {str(root)!r} is not a directory")
+    path = root / SNAPSHOT_FILE
     try:
-        doc = json.loads((root / SNAPSHOT).read_bytes())
+        return decode(path.read_bytes())
     except FileNotFoundError:
         raise OptionError(
-            f"option 'path': {str(root)!r} is not a plateau data directory (no {SNAPSHOT}; "
+            f"option 'path': {str(root)!r} is not a plateau data directory (no {SNAPSHOT_FILE}; "
             f"give the node's data directory, the one holding manifest.sqlite and topics/)"
         ) from None
-    except (OSError, ValueError) as e:
-        raise OptionError(f"option 'path': cannot read {root / SNAPSHOT}: {e}") from None
-    if not isinstance(doc, dict) or doc.get("version") != SUPPORTED_VERSION:
+    except SnapshotVersionError as e:
         raise OptionError(
-            f"option 'path': {root / SNAPSHOT} has version {doc.get('version')!r}; "
-            f"this reader knows version {SUPPORTED_VERSION} (upgrade plateau-k8s)"
-        )
-    return doc
+            f"option 'path': {path} has version {e.version!r}; "
+            f"this reader knows version {SNAPSHOT_VERSION} (upgrade plateau-k8s)"
+        ) from None
+    except (OSError, SnapshotError) as e:
+        raise OptionError(f"option 'path': cannot read {path}: {e}") from None
 
 
 def file_schema(path: str, fmt: str) -> pa.Schema:
@@ -80,47 +85,40 @@ class VolumeListing:
 
     def __init__(self, options: SourceOptions) -> None:
         self.root = data_dir(options)
-        doc = load_snapshot(self.root)
-        topics = doc.get("topics") or {}
-        if options.topic not in topics:
-            known = ", ".join(sorted(topics)) or "none"
+        snapshot = load_snapshot(self.root)
+        topic = snapshot.topics.get(options.topic)
+        if topic is None:
+            known = ", ".join(sorted(snapshot.topics)) or "none"
             raise OptionError(
                 f"option 'topic': {options.topic!r} is not on the node at {str(self.root)!r} "
                 f"(topics with sealed data there: {known})"
             )
-        self.generation = int(doc.get("generation", 0))
-        topic = topics[options.topic]
-        self._partitions: dict[str, dict[str, Any]] = topic.get("partitions") or {}
-        segment_config = (topic.get("config") or {}).get("segment") or {}
-        self.format = str(segment_config.get("format", "parquet"))
+        self.generation = snapshot.generation
+        self._partitions: dict[str, SnapshotPartition] = topic.partitions
+        self.format: str = topic.config.segment.format
 
     def spans(self) -> dict[str, Span]:
-        return {
-            p: Span(int(d["start"]), int(d["end"]))
-            for p, d in self._partitions.items()
-            if d.get("segments")
-        }
+        return {p: Span(d.start, d.end) for p, d in self._partitions.items() if d.segments}
 
-    def segments(self, partition: str) -> list[dict[str, Any]]:
-        return list(self._partitions.get(partition, {}).get("segments") or [])
+    def segments(self, partition: str) -> tuple[SnapshotSegment, ...]:
+        listed = self._partitions.get(partition)
+        return listed.segments if listed is not None else ()
 
     def schema(self, partitions: Sequence[str]) -> pa.Schema:
         files = [
-            (str(self.root / seg["path"]), str(seg["format"]))
-            for p in partitions
-            for seg in self.segments(p)
+            (str(self.root / seg.path), seg.format) for p in partitions for seg in self.segments(p)
         ]
         return files_schema(files)
 
     def slices(self, partition: str, span: Span, options: SourceOptions) -> list[Slice]:
         out: list[Slice] = []
         for seg in self.segments(partition):
-            first, end = int(seg["first_index"]), int(seg["end_index"])
+            first, end = seg.first_index, seg.end_index
             if end <= span.start or first >= span.end:
                 continue
-            if options.starting_ms is not None and int(seg["max_time_ms"]) < options.starting_ms:
+            if _before(seg.max_time_ms, options.starting_ms):
                 continue
-            if options.ending_ms is not None and int(seg["min_time_ms"]) >= options.ending_ms:
+            if _before(options.ending_ms, seg.min_time_ms, inclusive=True):
                 continue
             start, stop = max(first, span.start), min(end, span.end)
             out.append(
@@ -128,17 +126,20 @@ class VolumeListing:
                     partition=partition,
                     start=start,
                     end=stop,
-                    file=str(self.root / seg["path"]),
-                    format=str(seg["format"]),
+                    file=str(self.root / seg.path),
+                    format=seg.format,
                     first_index=first,
                     file_end=end,
-                    bytes=max(1, int(seg["bytes"]) * (stop - start) // max(1, end - first)),
-                    min_time_ms=_int_or_none(seg.get("min_time_ms")),
-                    max_time_ms=_int_or_none(seg.get("max_time_ms")),
+                    bytes=max(1, seg.bytes * (stop - start) // max(1, end - first)),
+                    min_time_ms=seg.min_time_ms,
+                    max_time_ms=seg.max_time_ms,
                 )
             )
         return out
 
 
-def _int_or_none(value: Any) -> int | None:
-    return None if value is None else int(value)
+def _before(a: int | None, b: int | None, *, inclusive: bool = False) -> bool:
+    """``a < b`` (``<=`` with ``inclusive``), false when either is unknown: no pruning."""
+    if a is None or b is None:
+        return False
+    return a <= b if inclusive else a < b

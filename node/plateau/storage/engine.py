@@ -461,19 +461,8 @@ class Engine:
 
     def _write_snapshot(self) -> None:
         """Collect and write; GroupCommit runs one at a time, so an older view never wins."""
-        doc: dict[str, object] = {}
-        for t in self._catalog.current():
-            pdoc: dict[str, object] = {}
-            for name, p in sorted(t.by_name().items()):
-                sealed = p.view().sealed
-                pdoc[name] = {
-                    "start": sealed[0].first_index if sealed else 0,
-                    "end": sealed[-1].end_index if sealed else 0,
-                    "segments": [r.to_json() for r in sealed],
-                }
-            doc[t.name] = {"config": t.config.model_dump(), "partitions": pdoc}
         try:
-            self._snapshot.write(doc)
+            self._snapshot.write(self._catalog.current())
         except OSError:
             log.exception("could not publish snapshot.json")
 

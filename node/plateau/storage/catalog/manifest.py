@@ -114,19 +114,6 @@ class SegmentRow:
     def rows(self) -> int:
         return self.end_index - self.first_index
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            "id": self.id,
-            "path": self.path,
-            "format": self.format,
-            "first_index": self.first_index,
-            "end_index": self.end_index,
-            "rows": self.rows,
-            "bytes": self.bytes,
-            "min_time_ms": self.min_time_ms,
-            "max_time_ms": self.max_time_ms,
-        }
-
 
 @dataclass(frozen=True)
 class OpenRow:
