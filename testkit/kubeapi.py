@@ -3,9 +3,10 @@
 No kubelet, scheduler or controllers: what the API server itself does (schema
 validation, CEL rules, defaults, the status subresource, finalizers, watches)
 is real, and it starts in a few seconds. The binaries come from the project's
-own build (``tools/cluster-build``, cached outside the clone). Authentication
-is one static admin token; the serving certificate is self-signed by the API
-server (``--cert-dir``), so clients skip verification, on loopback only.
+own build (``tools/cluster-build``, cached outside the clone). etcd and the API
+server are started as tools/cluster starts them (testkit.controlplane: the same
+flags, admission plugins and certificates); kubectl and the tests are the
+cluster's admin, by client certificate.
 """
 
 from __future__ import annotations
@@ -18,8 +19,10 @@ import time
 from pathlib import Path
 from typing import Any
 
+from testkit.controlplane import configs, flags, pki
+from testkit.controlplane.layout import Layout
+
 ROOT = Path(__file__).resolve().parent.parent
-TOKEN = "plateau-test-admin"
 
 
 def free_port() -> int:
@@ -58,61 +61,20 @@ class KubeApi:
     def start(self, timeout: float = 90.0) -> KubeApi:
         w = self.workdir
         w.mkdir(parents=True, exist_ok=True)
-        etcd_port, peer_port = free_port(), free_port()
-        self._spawn(
-            "etcd",
-            [
-                str(self.bin / "etcd"),
-                "--data-dir", str(w / "etcd"),
-                "--listen-client-urls", f"http://127.0.0.1:{etcd_port}",
-                "--advertise-client-urls", f"http://127.0.0.1:{etcd_port}",
-                "--listen-peer-urls", f"http://127.0.0.1:{peer_port}",
-                "--initial-advertise-peer-urls", f"http://127.0.0.1:{peer_port}",
-                "--initial-cluster", f"default=http://127.0.0.1:{peer_port}",
-                "--log-level", "warn",
-            ],
-        )  # fmt: skip
-        key = w / "sa.key"
-        subprocess.run(
-            ["openssl", "genrsa", "-out", str(key), "2048"], check=True, capture_output=True
+        # No bridge (nothing to advertise) and no kubelet: the API server's certificates only.
+        layout = Layout(
+            data=w,
+            run=w / "run",
+            bin=self.bin,
+            api_port=self.port,
+            etcd_port=free_port(),
+            etcd_peer_port=free_port(),
+            gateway=None,
         )
-        (w / "tokens.csv").write_text(f'{TOKEN},admin,admin,"system:masters"\n')
-        self._spawn(
-            "kube-apiserver",
-            [
-                str(self.bin / "kube-apiserver"),
-                f"--etcd-servers=http://127.0.0.1:{etcd_port}",
-                "--bind-address=127.0.0.1",
-                f"--secure-port={self.port}",
-                f"--cert-dir={w / 'certs'}",
-                f"--token-auth-file={w / 'tokens.csv'}",
-                "--authorization-mode=RBAC",
-                "--service-cluster-ip-range=10.233.0.0/24",
-                f"--service-account-key-file={key}",
-                f"--service-account-signing-key-file={key}",
-                "--service-account-issuer=https://kubernetes.default.svc",
-                "--anonymous-auth=false",
-                "--profiling=false",
-                "--v=0",
-            ],
-        )
-        self.kubeconfig.write_text(
-            json.dumps(
-                {
-                    "apiVersion": "v1",
-                    "kind": "Config",
-                    "clusters": [
-                        {
-                            "name": "test",
-                            "cluster": {"server": self.server, "insecure-skip-tls-verify": True},
-                        }
-                    ],
-                    "users": [{"name": "admin", "user": {"token": TOKEN}}],
-                    "contexts": [{"name": "test", "context": {"cluster": "test", "user": "admin"}}],
-                    "current-context": "test",
-                }
-            )
-        )
+        pki.make(layout.pki, pki.apiserver_certs(layout))
+        self._spawn("etcd", flags.etcd(layout))
+        self._spawn("kube-apiserver", flags.apiserver(layout))
+        configs.write_private(self.kubeconfig, json.dumps(configs.kubeconfig(layout, "admin")))
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             for name, proc in self._procs.items():
