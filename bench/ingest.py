@@ -58,7 +58,7 @@ from common import (
     usage,
 )
 from plateau.protocol import ARROW_FILE, RETRY_AFTER_HEADER
-from plateau.settings import StorageSettings
+from plateau.storage.config import StorageSettings
 from testkit.memcg import MemoryCgroup
 from testkit.nodeproc import NodeProcess
 

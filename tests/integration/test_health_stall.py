@@ -19,7 +19,8 @@ import uvicorn
 
 from plateau.server.app import create_app
 from plateau.server.data_plane import DataPlane
-from plateau.settings import NodeSettings, StorageSettings
+from plateau.settings import NodeSettings
+from plateau.storage.config import StorageSettings
 from plateau.storage.engine import Engine
 from testkit.arrowhttp import append
 from testkit.nodeproc import free_port

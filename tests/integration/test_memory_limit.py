@@ -31,7 +31,7 @@ from plateau.protocol import (
     RETRY_AFTER_HEADER,
     SPAN_END_HEADER,
 )
-from plateau.settings import StorageSettings
+from plateau.storage.config import StorageSettings
 from testkit.arrowhttp import ipc_file
 from testkit.memcg import MemoryCgroup
 from testkit.nodeproc import NodeProcess

@@ -9,7 +9,7 @@ import pytest
 
 from plateau.protocol.errors import Busy
 from plateau.protocol.values import Span
-from plateau.settings import StorageSettings
+from plateau.storage.config import StorageSettings
 from plateau.storage.engine import Engine
 
 EngineFactory = Callable[..., Engine]

@@ -14,7 +14,8 @@ import httpx
 
 from plateau.protocol.topic_config import TopicConfig, TopicConfigRequest
 from plateau.server.app import create_app
-from plateau.settings import NodeSettings, StorageSettings
+from plateau.settings import NodeSettings
+from plateau.storage.config import StorageSettings
 from plateau.storage.engine import Engine
 
 DEFAULTS = TopicConfig.model_validate(

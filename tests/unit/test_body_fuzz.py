@@ -23,7 +23,7 @@ from plateau.protocol import ARROW_FILE, ARROW_STREAM, JSON
 from plateau.protocol.errors import PlateauError
 from plateau.protocol.topic_config import TopicConfigRequest
 from plateau.server.codecs import decode_append
-from plateau.settings import StorageSettings
+from plateau.storage.config import StorageSettings
 from plateau.storage.engine import Engine
 from testkit.arrowhttp import ipc_file, ipc_stream
 

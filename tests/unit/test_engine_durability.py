@@ -11,9 +11,9 @@ import pytest
 from plateau.protocol.snapshot import SNAPSHOT_FILE, decode
 from plateau.protocol.topic_config import RetentionConfig, TopicConfigRequest
 from plateau.protocol.values import Span
-from plateau.settings import StorageSettings
 from plateau.storage.catalog.manifest import SegmentRow
 from plateau.storage.catalog.retention import plan
+from plateau.storage.config import StorageSettings
 from plateau.storage.data.recovery import read_open_file, seal_in_place
 from plateau.storage.engine import Engine
 from plateau.storage.types import Index, SegmentId

@@ -14,10 +14,12 @@ from pydantic import SecretStr
 
 from plateau.protocol import JSON
 from plateau.server.app import create_app
+from plateau.server.config import AuthSettings
 from plateau.server.data_plane import DataPlane
 from plateau.server.run import NodeServer
 from plateau.server.state import NodeState
-from plateau.settings import AuthSettings, NodeSettings, StorageSettings
+from plateau.settings import NodeSettings
+from plateau.storage.config import StorageSettings
 from plateau.storage.engine import Engine
 
 

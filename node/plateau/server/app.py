@@ -15,9 +15,9 @@ from fastapi_offline import FastAPIOffline
 from starlette.concurrency import run_in_threadpool
 
 from plateau.server import openapi, routes_admin, routes_data, routes_probes
+from plateau.server.config import NodeConfig
 from plateau.server.errors import install_error_handlers
 from plateau.server.state import NodeState
-from plateau.settings import NodeSettings
 from plateau.storage.engine import Engine
 
 DESCRIPTION = """\
@@ -31,7 +31,7 @@ token when one is configured.
 """
 
 
-def create_app(settings: NodeSettings, engine: Engine, *, close_engine: bool = True) -> FastAPI:
+def create_app(settings: NodeConfig, engine: Engine, *, close_engine: bool = True) -> FastAPI:
     """Build the app around ``engine``; with ``close_engine`` its shutdown closes the engine."""
     state = NodeState(settings, engine)
 

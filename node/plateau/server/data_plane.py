@@ -38,7 +38,6 @@ from starlette.routing import compile_path
 from starlette.types import ASGIApp, Receive, Scope, Send
 
 from plateau import protocol
-from plateau.metrics import APPEND_STAGE_SECONDS, REJECTED_APPENDS
 from plateau.protocol import (
     DEFAULT_PAGE_SIZE,
     ITERATION_STATUS_HEADER,
@@ -65,6 +64,7 @@ from plateau.server.codecs import (
 from plateau.server.errors import plateau_error_response, unexpected_error_response
 from plateau.server.iteration_prefetch import PageRequest, topic_page
 from plateau.server.jsonout import dumps, json_reply, table_rows
+from plateau.server.metrics import REJECTED_APPENDS
 from plateau.server.params import (
     data_focus,
     int_param,
@@ -76,6 +76,7 @@ from plateau.server.params import (
 )
 from plateau.server.state import NodeState
 from plateau.storage.engine import Engine
+from plateau.storage.metrics import APPEND_STAGE_SECONDS
 from plateau.storage.types import PartitionRead, TimeRange
 
 MAX_CURSOR_BYTES = 1024 * 1024

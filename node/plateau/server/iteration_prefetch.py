@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 
 from starlette.responses import Response
 
-from plateau.metrics import PAGES_AHEAD
 from plateau.protocol import ITERATION_STATUS_HEADER, JSON, JSON_ENVELOPE, JSON_RECORDS
 from plateau.protocol.focus import DataFocus
 from plateau.protocol.values import Order, RecordStatus
 from plateau.server.codecs import encode_arrow
 from plateau.server.jsonout import dumps, table_rows
+from plateau.server.metrics import PAGES_AHEAD
 from plateau.storage.engine import Engine
 from plateau.storage.types import TimeRange, TopicRead
 

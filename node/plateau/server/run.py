@@ -24,9 +24,9 @@ import uvicorn
 
 from plateau.protocol.errors import PlateauError
 from plateau.server.app import create_app
+from plateau.server.config import NodeConfig
 from plateau.server.data_plane import DataPlane
 from plateau.server.state import NodeState
-from plateau.settings import NodeSettings
 from plateau.storage.engine import Engine
 
 log = logging.getLogger("plateau.server")
@@ -120,7 +120,7 @@ def tune_malloc() -> None:
         ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
 
 
-def run_node(settings: NodeSettings) -> None:
+def run_node(settings: NodeConfig) -> None:
     """Serve until SIGTERM/SIGINT; exits with status 2 and one line on stderr if it cannot start."""
     tune_malloc()
     level = settings.server.log_level

@@ -6,16 +6,16 @@ from dataclasses import dataclass, field
 
 from starlette.requests import Request
 
-from plateau.metrics import export_memory_metrics
+from plateau.server.config import NodeConfig
 from plateau.server.inflight import BodyBudget
 from plateau.server.iteration_prefetch import PageAhead
-from plateau.settings import NodeSettings
 from plateau.storage.engine import Engine
+from plateau.storage.metrics import export_memory_metrics
 
 
 @dataclass
 class NodeState:
-    settings: NodeSettings
+    settings: NodeConfig
     engine: Engine
     ready: bool = False
     engine_closed: bool = False

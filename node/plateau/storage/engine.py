@@ -24,19 +24,11 @@ from typing import IO, TypeVar
 
 import pyarrow as pa
 
-from plateau.metrics import (
-    APPENDED_BYTES,
-    APPENDED_ROWS,
-    EARLY_SEALS,
-    TOPIC_BUDGET_BYTES,
-    TOPIC_BYTES,
-)
 from plateau.protocol.errors import InsufficientStorage, NotFound, Unavailable
 from plateau.protocol.focus import DataFocus
 from plateau.protocol.names import check_name
 from plateau.protocol.topic_config import TopicConfig, TopicConfigRequest, TopicOwner
 from plateau.protocol.values import Order, RecordStatus, Span
-from plateau.settings import StorageSettings
 from plateau.storage import record_reads
 from plateau.storage.catalog import retention
 from plateau.storage.catalog.group_commit import GroupCommit
@@ -45,10 +37,18 @@ from plateau.storage.catalog.memory import MemoryBudget, default_budget
 from plateau.storage.catalog.progress import Progress
 from plateau.storage.catalog.snapshot import SnapshotWriter
 from plateau.storage.catalog.topics import Catalog, PutResult, Topic
+from plateau.storage.config import StorageSettings
 from plateau.storage.data.durable_io import BALLAST, Ballast
 from plateau.storage.data.reader_cache import ReaderCache
 from plateau.storage.data.recovery import recover
 from plateau.storage.data.validation import prepare
+from plateau.storage.metrics import (
+    APPENDED_BYTES,
+    APPENDED_ROWS,
+    EARLY_SEALS,
+    TOPIC_BUDGET_BYTES,
+    TOPIC_BYTES,
+)
 from plateau.storage.partition import Partition, PartitionContext
 from plateau.storage.types import (
     Index,

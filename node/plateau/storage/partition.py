@@ -24,7 +24,6 @@ from pathlib import Path
 
 import pyarrow as pa
 
-from plateau.metrics import APPEND_STAGE_SECONDS, SEAL_SECONDS
 from plateau.protocol.errors import Busy, InsufficientStorage, NotFound
 from plateau.protocol.topic_config import SegmentConfig
 from plateau.protocol.values import Span
@@ -35,6 +34,7 @@ from plateau.storage.catalog.progress import Progress
 from plateau.storage.data.durable_io import make_dirs, rename_durably
 from plateau.storage.data.open_segment import WRITE_BUFFER, OpenSegment
 from plateau.storage.data.sealed_writer import sealed_name, write_sealed
+from plateau.storage.metrics import APPEND_STAGE_SECONDS, SEAL_SECONDS
 from plateau.storage.types import Index, WritePolicy
 
 log = logging.getLogger(__name__)

@@ -18,7 +18,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from plateau.metrics import FSYNC_SECONDS
+from plateau.storage.metrics import FSYNC_SECONDS
 
 
 class GroupCommit:

@@ -14,10 +14,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from plateau.metrics import RETENTION_DELETED_BYTES, RETENTION_DELETED_SEGMENTS
 from plateau.protocol.topic_config import RetentionConfig
 from plateau.storage.catalog.manifest import Manifest, SegmentRow
 from plateau.storage.data.reader_cache import ReaderCache
+from plateau.storage.metrics import RETENTION_DELETED_BYTES, RETENTION_DELETED_SEGMENTS
 from plateau.storage.partition import Partition
 
 log = logging.getLogger(__name__)

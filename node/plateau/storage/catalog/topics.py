@@ -19,13 +19,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from plateau.metrics import TOPIC_BUDGET_BYTES
 from plateau.protocol.errors import NotFound, OverBudget, PartitionsDecrease
 from plateau.protocol.names import check_name
 from plateau.protocol.topic_config import TopicConfig, TopicConfigRequest, TopicOwner
 from plateau.storage.catalog.locks import Rank, ranked
 from plateau.storage.catalog.manifest import Manifest, SegmentRow
 from plateau.storage.catalog.ownership import Claimed, check_delete, decide, owner_json
+from plateau.storage.metrics import TOPIC_BUDGET_BYTES
 from plateau.storage.partition import Partition
 from plateau.storage.types import Index
 

@@ -28,12 +28,12 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from prometheus_client import Counter
 
-from plateau.metrics import READ_CHUNKS
 from plateau.storage.data.arrow_footer import Block, batch_rows, record_batch_blocks
 from plateau.storage.data.decoded_cache import ChunkId, Columns, DecodedCache
 from plateau.storage.data.direct_io import open_direct, read_bytes_direct
 from plateau.storage.data.durable_io import PAGE
 from plateau.storage.data.sealed_writer import arrow_batches
+from plateau.storage.metrics import READ_CHUNKS
 
 log = logging.getLogger(__name__)
 

@@ -1,65 +1,71 @@
-"""Prometheus metrics of the node, defined once and shared by engine and server.
+"""Prometheus metrics of the storage engine, declared in the layer that counts them.
 
 Names follow Prometheus conventions (``_total`` counters, ``_seconds`` and
-``_bytes`` units). ``/metrics`` exposes the default registry.
+``_bytes`` units); ``/metrics`` exposes the default registry. The server's own
+metrics are in ``plateau.server.metrics``; it also observes the server-side
+stages of ``APPEND_STAGE_SECONDS`` (one histogram for an append's whole path).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import pyarrow as pa
 from prometheus_client import Counter, Gauge, Histogram
 
-if TYPE_CHECKING:
-    from plateau.storage.catalog.memory import MemoryBudget
+from plateau.storage.catalog.memory import MemoryBudget
 
 APPENDED_ROWS = Counter("plateau_appended_rows_total", "Rows acknowledged", ["topic"])
+
 APPENDED_BYTES = Counter(
     "plateau_appended_bytes_total", "Arrow bytes of acknowledged rows", ["topic"]
 )
-REJECTED_APPENDS = Counter(
-    "plateau_rejected_appends_total",
-    "Appends refused, by reason (busy, too_large, invalid, disk_full, unauthorized, not_found)",
-    ["reason"],
-)
+
 SEAL_SECONDS = Histogram(
     "plateau_seal_seconds",
     "Time to seal a segment (write, fsync, rename, manifest commit)",
     ["format"],
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
+
 RETENTION_DELETED_SEGMENTS = Counter(
     "plateau_retention_deleted_segments_total", "Segments deleted by retention", ["topic", "reason"]
 )
+
 RETENTION_DELETED_BYTES = Counter(
     "plateau_retention_deleted_bytes_total", "Bytes deleted by retention", ["topic"]
 )
+
 TOPIC_BYTES = Gauge("plateau_topic_bytes", "Bytes stored on disk per topic", ["topic"])
+
 TOPIC_BUDGET_BYTES = Gauge("plateau_topic_budget_bytes", "Retention budget per topic", ["topic"])
+
 EARLY_SEALS = Counter(
     "plateau_early_seals_total",
     "Open segments sealed before their limits because open segments filled half of their "
     "share of the memory budget",
 )
+
 MEMORY_BUDGET_BYTES = Gauge(
     "plateau_memory_budget_bytes", "The node's memory budget (storage.memory_budget_bytes)"
 )
+
 MEMORY_LIMIT_BYTES = Gauge(
     "plateau_memory_limit_bytes",
     "Each part's share of the memory budget (open_segments, read_cache, bodies)",
     ["part"],
 )
+
 MEMORY_USED_BYTES = Gauge(
     "plateau_memory_used_bytes",
     "Bytes each part of the memory budget holds now (open_segments, read_cache, bodies)",
     ["part"],
 )
+
 FSYNC_SECONDS = Histogram(
     "plateau_fsync_seconds",
     "Duration of one group-commit fsync",
     buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
 )
+
 APPEND_STAGE_SECONDS = Histogram(
     "plateau_append_stage_seconds",
     "Where an append's time goes: body (receiving the request body), queue (waiting for a "
@@ -70,17 +76,14 @@ APPEND_STAGE_SECONDS = Histogram(
 )
 """Why per stage: a slow p99 alone does not say whether the client, the event loop,
 the thread pool, lock contention or the disk held an append up."""
-PAGES_AHEAD = Counter(
-    "plateau_iterate_pages_ahead_total",
-    "Topic pages prepared ahead (prepared: ready), served from that (used), or not (expired)",
-    ["outcome"],
-)
+
 READ_CHUNKS = Counter(
     "plateau_read_chunks_decoded_total",
     "Row groups (parquet) or batches (arrow) of sealed segments decoded for readers: ahead "
     "(in the background, before a read asked) or on demand (a read waited for it)",
     ["how"],
 )
+
 ARROW_ALLOCATED_BYTES = Gauge(
     "plateau_arrow_allocated_bytes",
     "Bytes held in Arrow's memory pool (open segments, decoded reads, seals in progress); "

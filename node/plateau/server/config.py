@@ -1,0 +1,78 @@
+"""The server's own config: the ``server`` and ``auth`` sections of the node's settings.
+
+Declared beside the server that reads them; ``plateau.settings`` composes them
+with storage's section into the node's one settings tree. The server takes
+that tree through ``NodeConfig``, the sections it reads, so it never imports
+``plateau.settings`` (which sits above it).
+"""
+
+from __future__ import annotations
+
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict, Field, SecretStr
+
+from plateau.protocol import MAX_REQUEST_SIZE_HEADER
+from plateau.protocol.topic_config import MiB
+from plateau.storage.config import StorageSettings
+
+
+class ServerSettings(BaseModel):
+    """The ``server`` section: how the HTTP front listens and bounds its requests."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    bind: str = Field(default="127.0.0.1:3030", description="HOST:PORT to listen on.")
+    max_request_bytes: int = Field(
+        default=32 * MiB,
+        gt=0,
+        description=f"Larger append bodies get 413 with {MAX_REQUEST_SIZE_HEADER}.",
+    )
+    max_inflight_bytes: int = Field(
+        default=128 * MiB,
+        gt=0,
+        description="Append bodies held in memory at once, over all clients; an append that "
+        "would pass it gets 429 with Retry-After (a lone append is always taken).",
+    )
+    iterate_ahead: bool = Field(
+        default=True,
+        description="After a topic page that has more to read, prepare the page for its next "
+        "cursor in the background; it is used if asked for within 2 s (it may lag the topic by "
+        "that much, never at the end of the iteration).",
+    )
+    max_page_bytes: int = Field(
+        default=16 * MiB, gt=0, description="A read reply stops (ByteLimited) past this size."
+    )
+    log_level: Literal["debug", "info", "warning", "error"] = Field(
+        default="info", description="Log verbosity."
+    )
+
+
+class AuthSettings(BaseModel):
+    """The ``auth`` section: the bearer tokens the server checks (secrets, never logged)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    token: SecretStr | None = Field(
+        default=None, description="Bearer token required for writes and admin calls."
+    )
+    read_token: SecretStr | None = Field(
+        default=None, description="Bearer token required for reads (the write token works too)."
+    )
+
+
+class NodeConfig(Protocol):
+    """The sections a node's server reads; ``plateau.settings.NodeSettings`` has them all.
+
+    A protocol rather than the settings class, so the arrow points from the
+    settings tree down to the server and never back.
+    """
+
+    @property
+    def storage(self) -> StorageSettings: ...
+
+    @property
+    def server(self) -> ServerSettings: ...
+
+    @property
+    def auth(self) -> AuthSettings: ...

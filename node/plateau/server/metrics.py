@@ -1,0 +1,21 @@
+"""Prometheus metrics that only the server counts (refused appends, pages prepared ahead).
+
+Storage's metrics are in ``plateau.storage.metrics``, below this layer; both
+register in the default registry that ``/metrics`` exposes.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import Counter
+
+REJECTED_APPENDS = Counter(
+    "plateau_rejected_appends_total",
+    "Appends refused, by reason (busy, too_large, invalid, disk_full, unauthorized, not_found)",
+    ["reason"],
+)
+
+PAGES_AHEAD = Counter(
+    "plateau_iterate_pages_ahead_total",
+    "Topic pages prepared ahead (prepared: ready), served from that (used), or not (expired)",
+    ["outcome"],
+)

@@ -1,0 +1,137 @@
+"""Storage's own config: the ``storage`` section of the node's settings.
+
+Each layer declares the config it reads (as plateau's Rust crates do) and
+``plateau.settings`` only composes the sections and loads their sources, so
+the engine is built from this model without importing anything above storage.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from plateau.protocol.topic_config import MiB, TopicConfig
+
+
+class DurabilitySettings(BaseModel):
+    """When an append is acknowledged relative to fsync.
+
+    ``fsync`` (default): the reply is sent only after the data is fsynced;
+    concurrent appends to a partition share one fsync (group commit).
+    ``relaxed``: the reply is sent after the write reaches the page cache and a
+    background fsync runs every ``relaxed_interval_ms``; a power loss or kernel
+    crash can lose up to that window of acknowledged records (a killed node
+    process loses nothing, the page cache survives it).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    mode: Literal["fsync", "relaxed"] = Field(
+        default="fsync",
+        description="fsync: acknowledge after fsync (group commit); relaxed: acknowledge "
+        "after the page cache, fsync on a timer (a power cut can lose that window).",
+    )
+    relaxed_interval_ms: int = Field(
+        default=200, gt=0, description="With relaxed durability: how often data is fsynced."
+    )
+
+
+class StorageSettings(BaseModel):
+    """The ``storage`` section: what the engine needs, and nothing of the server's.
+
+    The engine takes this model alone, so storage never imports the node's
+    whole settings tree (that tree sits above it and composes this one).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    data_dir: Path = Field(
+        default=Path("./data"), description="Where the manifest and segments live."
+    )
+    capacity_bytes: int | None = Field(
+        default=None,
+        gt=0,
+        description="Bytes the node may allocate to topic budgets; default: the volume's size.",
+    )
+    reserve_fraction: float = Field(
+        default=0.1,
+        ge=0,
+        lt=1,
+        description="Part of capacity kept free of budgets for open segments and write-ahead data.",
+    )
+    min_free_bytes: int = Field(
+        default=64 * MiB,
+        ge=0,
+        description="Writes are refused (503) when the volume has less free space than this.",
+    )
+    ballast_bytes: int = Field(
+        default=1 * MiB,
+        ge=0,
+        description="Space held in <data>/ballast and released so that a node can recover "
+        "and start on a full volume.",
+    )
+    retention_interval_seconds: float = Field(
+        default=5.0, gt=0, description="How often retention and segment age limits are checked."
+    )
+    drop_written_pages: bool = Field(
+        default=True,
+        description="After each fsync, advise the kernel to drop the pages just written "
+        "(open segments are served from memory, write-ahead files are read only by recovery). "
+        "Set false on hosts with memory to spare when readers often read freshly sealed segments.",
+    )
+    drop_read_pages: bool = Field(
+        default=True,
+        description="After decoding part of a sealed segment for a reader, advise the "
+        "kernel to drop those pages (the decoded copy is cached in read_cache_bytes). Set false "
+        "when several readers re-read the same history and the host has memory to spare.",
+    )
+    read_cache_bytes: int = Field(
+        default=128 * MiB,
+        ge=0,
+        description="Memory for decoded row groups and batches of sealed segments, so a page "
+        "that takes part of one does not decode it again; it also holds what is decoded "
+        "ahead. Give it at least 3 parquet row groups (about 8 MiB each for 128-byte rows) "
+        "per partition read at once.",
+    )
+    direct_reads: bool = Field(
+        default=True,
+        description="Read sealed arrow segments with O_DIRECT, straight from the disk into the "
+        "decoded cache, instead of through the page cache (where a history scan costs the "
+        "node more CPU than the read itself). Filesystems without O_DIRECT (tmpfs) are read "
+        "through the page cache either way.",
+    )
+    decode_ahead: bool = Field(
+        default=True,
+        description="Decode the next row groups or batches of a sealed segment (and the first "
+        "of the next segment) on a background thread while a reader goes forward through "
+        "history, so that its pages do not wait for decoding. Needs read_cache_bytes.",
+    )
+    memory_budget_bytes: int | None = Field(
+        default=None,
+        gt=0,
+        description="One budget for the node's data in memory: open segments, the decoded "
+        "read cache and append bodies in flight (see the README: sizing memory). Unset: the "
+        "container's memory limit (cgroup v2 or v1) minus memory_overhead_bytes, or without a "
+        "limit a quarter of the machine's memory.",
+    )
+    memory_overhead_bytes: int = Field(
+        default=512 * MiB,
+        ge=0,
+        description="What the process needs beside the budget (Python, libraries, seal and "
+        "reply buffers); subtracted from the container's memory limit for the default budget.",
+    )
+    stall_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="/healthz and /readyz answer 503 when engine work (appends, reads, topic "
+        "changes, seals, background ticks) is in progress and none of it finished for this "
+        "long, or one operation has waited twice this long: a wedged node fails its liveness "
+        "probe and is restarted.",
+    )
+    auto_create_topics: bool = Field(
+        default=True, description="Create a topic with the defaults on its first append."
+    )
+    topic_defaults: TopicConfig = Field(default_factory=TopicConfig)
+    durability: DurabilitySettings = Field(default_factory=DurabilitySettings)
