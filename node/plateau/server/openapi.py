@@ -18,8 +18,8 @@ from fastapi import FastAPI
 from plateau import protocol
 from plateau.protocol import JSON
 from plateau.protocol.names import NAME_PATTERN, NAME_RULE
+from plateau.protocol.replies import Records, TopicRecords
 from plateau.protocol.topic_config import TopicConfigRequest
-from plateau.server.models import Records, TopicRecords
 
 NAME_SCHEMA = {
     "type": "string",

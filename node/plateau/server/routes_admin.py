@@ -13,33 +13,29 @@ refused with 409 ``OwnerConflict`` (``plateau.storage.catalog.ownership``).
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
-from typing import Annotated, Any
+from typing import Annotated
 
 from fastapi import APIRouter, Query, Request, Response
 from pydantic import ValidationError
 from starlette.concurrency import run_in_threadpool
 
 from plateau.protocol import ADMIN_NODE_PATH, ADMIN_PREFIX, ADMIN_TOPIC_PATH, JSON, server_route
-from plateau.protocol.errors import InvalidInput, NotFound
+from plateau.protocol.errors import InvalidInput
 from plateau.protocol.names import check_name
+from plateau.protocol.replies import (
+    CONFLICT_RESPONSE,
+    ERROR_RESPONSES,
+    NodeInfo,
+    TopicPutReply,
+    TopicStatus,
+)
 from plateau.protocol.topic_config import TopicConfigRequest
 from plateau.server.auth import WriteAccess
 from plateau.server.body import read_body
 from plateau.server.errors import describe_validation_errors
 from plateau.server.jsonout import json_reply
-from plateau.server.models import (
-    CONFLICT_RESPONSE,
-    ERROR_RESPONSES,
-    NodeUsageModel,
-    TopicPutReply,
-    TopicStatus,
-)
 from plateau.server.state import node_state
-from plateau.storage.catalog.ownership import owner_json
 from plateau.storage.engine import Engine
-from plateau.storage.types import TopicUsage
 
 _TOPIC = server_route(ADMIN_TOPIC_PATH).removeprefix(ADMIN_PREFIX)
 router = APIRouter(prefix=ADMIN_PREFIX, tags=["admin"], dependencies=[WriteAccess])
@@ -86,7 +82,7 @@ async def put_topic(request: Request, topic: str) -> Response:
     state = node_state(request)
     result = await run_in_threadpool(state.engine.put_topic, topic, config_request)
     state.pages.forget(topic)  # pages prepared ahead under the old config
-    return json_reply(result.to_json(), 201 if result.created else 200)
+    return json_reply(result.reply().model_dump(mode="json"), 201 if result.created else 200)
 
 
 @router.get(
@@ -97,37 +93,13 @@ async def put_topic(request: Request, topic: str) -> Response:
 )
 async def get_topic(request: Request, topic: str) -> Response:
     check_name("topic", topic)
-    return json_reply(await run_in_threadpool(_topic_status, node_state(request).engine, topic))
+    status = await run_in_threadpool(_topic_status, node_state(request).engine, topic)
+    return json_reply(status.model_dump(mode="json"))
 
 
-def _topic_status(engine: Engine, topic: str) -> dict[str, Any]:
+def _topic_status(engine: Engine, topic: str) -> TopicStatus:
     config, owner = engine.topic_state(topic)
-    return {
-        **config.model_dump(mode="json"),
-        "owner": owner_json(owner),
-        "usage": _usage_json(engine.topic_usage(topic)),
-    }
-
-
-def _usage_json(usage: TopicUsage) -> dict[str, Any]:
-    partitions = {
-        name: {
-            **part.span.to_json(),
-            "bytes": part.bytes,
-            "records": part.records,
-            "segments": part.segments,
-            "oldest_time_ms": part.oldest_time_ms,
-            "newest_time_ms": part.newest_time_ms,
-        }
-        for name, part in usage.partitions.items()
-    }
-    return {
-        "bytes": usage.bytes,
-        "records": usage.records,
-        "oldest_time_ms": usage.oldest_time_ms,
-        "newest_time_ms": usage.newest_time_ms,
-        "partitions": partitions,
-    }
+    return TopicStatus(**dict(config), owner=owner, usage=engine.topic_usage(topic))
 
 
 @router.delete(
@@ -157,7 +129,7 @@ async def delete_topic(
 @router.get(
     ADMIN_NODE_PATH.removeprefix(ADMIN_PREFIX),
     summary="Node capacity and usage",
-    response_model=NodeUsageModel,
+    response_model=NodeInfo,
     responses={401: ERROR_RESPONSES[401]},
 )
 async def node_usage(
@@ -170,25 +142,6 @@ async def node_usage(
         ),
     ] = False,
 ) -> Response:
-    engine = node_state(request).engine
-    usage = await run_in_threadpool(engine.node_usage)
-    memory = engine.memory
-    reply: dict[str, Any] = {
-        **dataclasses.asdict(usage),
-        "memory": {
-            "budget_bytes": memory.total,
-            "source": memory.source,
-            "parts": memory.parts(),
-        },
-    }
-    if topics:
-        reply["topic_usage"] = await run_in_threadpool(_all_usage, engine)
-    return json_reply(reply)
-
-
-def _all_usage(engine: Engine) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for name in engine.topics():
-        with contextlib.suppress(NotFound):  # deleted meanwhile
-            out[name] = _usage_json(engine.topic_usage(name))
-    return out
+    info = await run_in_threadpool(node_state(request).engine.node_usage, topics)
+    # without ?topics=true the reply has no topic_usage key at all (as before it existed)
+    return json_reply(info.model_dump(mode="json", exclude=None if topics else {"topic_usage"}))

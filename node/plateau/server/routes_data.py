@@ -36,15 +36,15 @@ from plateau.protocol import (
     server_route,
 )
 from plateau.protocol.names import check_name
-from plateau.server import data_plane
-from plateau.server.auth import ReadAccess
-from plateau.server.jsonout import json_reply
-from plateau.server.models import (
+from plateau.protocol.replies import (
     ERROR_RESPONSES,
     Inserted,
     Partitions,
     Topics,
 )
+from plateau.server import data_plane
+from plateau.server.auth import ReadAccess
+from plateau.server.jsonout import json_reply
 from plateau.server.state import node_state
 
 router = APIRouter(tags=["data"])

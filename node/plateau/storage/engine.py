@@ -27,6 +27,7 @@ import pyarrow as pa
 from plateau.protocol.errors import InsufficientStorage, NotFound, Unavailable
 from plateau.protocol.focus import DataFocus
 from plateau.protocol.names import check_name
+from plateau.protocol.replies import Memory, NodeInfo, PartitionUsage, TopicUsage
 from plateau.protocol.topic_config import TopicConfig, TopicConfigRequest, TopicOwner
 from plateau.protocol.values import Order, RecordStatus, Span
 from plateau.storage import record_reads
@@ -52,12 +53,9 @@ from plateau.storage.metrics import (
 from plateau.storage.partition import Partition, PartitionContext
 from plateau.storage.types import (
     Index,
-    NodeUsage,
     PartitionRead,
-    PartitionUsage,
     TimeRange,
     TopicRead,
-    TopicUsage,
     WritePolicy,
 )
 
@@ -221,8 +219,9 @@ class Engine:
                 metric.remove(topic)
 
     def topic_usage(self, topic: str) -> TopicUsage:
+        """What the topic stores now, as ``GET /admin/topics/{t}`` replies it."""
         t = self._topic(topic)
-        usage = TopicUsage(bytes=0, records=0)
+        partitions: dict[str, PartitionUsage] = {}
         for name, p in sorted(t.by_name().items()):
             view = p.view()
             nbytes = sum(r.bytes for r in view.sealed) + sum(s.nbytes for s, _ in view.pending)
@@ -233,39 +232,48 @@ class Engine:
                 if visible and seg.min_time_ms is not None and seg.max_time_ms is not None:
                     lows.append(seg.min_time_ms)
                     highs.append(seg.max_time_ms)
-            part = PartitionUsage(
-                Span(view.start, view.end),
-                nbytes,
-                records,
-                len(view.sealed) + len(view.pending),
-                min(lows, default=None),
-                max(highs, default=None),
+            partitions[name] = PartitionUsage(
+                start=view.start,
+                end=view.end,
+                bytes=nbytes,
+                records=records,
+                segments=len(view.sealed) + len(view.pending),
+                oldest_time_ms=min(lows, default=None),
+                newest_time_ms=max(highs, default=None),
             )
-            usage.partitions[name] = part
-            usage.bytes += nbytes
-            usage.records += records
-        kept = usage.partitions.values()
+        kept = partitions.values()
         lows = [p.oldest_time_ms for p in kept if p.oldest_time_ms is not None]
         highs = [p.newest_time_ms for p in kept if p.newest_time_ms is not None]
-        usage.oldest_time_ms = min(lows, default=None)
-        usage.newest_time_ms = max(highs, default=None)
-        return usage
+        return TopicUsage(
+            bytes=sum(p.bytes for p in kept),
+            records=sum(p.records for p in kept),
+            oldest_time_ms=min(lows, default=None),
+            newest_time_ms=max(highs, default=None),
+            partitions=partitions,
+        )
 
-    def node_usage(self) -> NodeUsage:
+    def node_usage(self, with_topics: bool = False) -> NodeInfo:
+        """Capacity, budgets and bytes stored, as ``GET /admin/node`` replies them; with
+        ``with_topics`` every topic's usage too (the same figures ``used_bytes`` sums)."""
         cap, reserve = self.capacity()
         topics = self._catalog.current()
         allocated = sum(t.config.retention.max_bytes for t in topics)
-        used = 0
+        usage: dict[str, TopicUsage] = {}
         for t in topics:
             with contextlib.suppress(NotFound):  # deleted meanwhile
-                used += self.topic_usage(t.name).bytes
-        return NodeUsage(
+                usage[t.name] = self.topic_usage(t.name)
+        memory = self.memory
+        return NodeInfo(
             capacity_bytes=cap,
             reserve_bytes=reserve,
             allocated_bytes=allocated,
-            used_bytes=used,
+            used_bytes=sum(u.bytes for u in usage.values()),
             free_disk_bytes=shutil.disk_usage(self.data_dir).free,
             topics=len(topics),
+            memory=Memory.model_validate(
+                {"budget_bytes": memory.total, "source": memory.source, "parts": memory.parts()}
+            ),
+            topic_usage=dict(sorted(usage.items())) if with_topics else None,
         )
 
     # --- data -------------------------------------------------------------------

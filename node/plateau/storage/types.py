@@ -6,7 +6,7 @@ passed where a record index is expected (mypy checks it).
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import NewType
 
 import pyarrow as pa
@@ -53,35 +53,6 @@ class TopicRead:
     table: pa.Table
     next: dict[str, int]
     status: RecordStatus
-
-
-@dataclass
-class PartitionUsage:
-    span: Span
-    bytes: int
-    records: int
-    segments: int
-    oldest_time_ms: int | None = None  # of the records kept (segment bounds, not exact)
-    newest_time_ms: int | None = None
-
-
-@dataclass
-class TopicUsage:
-    bytes: int
-    records: int
-    oldest_time_ms: int | None = None
-    newest_time_ms: int | None = None
-    partitions: dict[str, PartitionUsage] = field(default_factory=dict)
-
-
-@dataclass
-class NodeUsage:
-    capacity_bytes: int
-    reserve_bytes: int
-    allocated_bytes: int
-    used_bytes: int
-    free_disk_bytes: int
-    topics: int
 
 
 @dataclass(frozen=True)

@@ -16,21 +16,10 @@ token): it works as before ownership existed and never changes the owner.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import StrEnum
 
 from plateau.protocol.errors import OwnerConflict
+from plateau.protocol.replies import Claim
 from plateau.protocol.topic_config import TopicOwner
-
-
-class Claim(StrEnum):
-    """How a ``PUT /admin/topics/{t}`` stood to the topic's owner (the reply's ``claim``)."""
-
-    CREATED = "created"  # the topic did not exist; the request's owner (or none) recorded
-    UNOWNED = "unowned"  # no owner in the request, none stored
-    ADMIN = "admin"  # no owner in the request, the stored one kept
-    OWNED = "owned"  # the request's owner is the stored one
-    RECLAIMED = "reclaimed"  # same kind, namespace and name, new uid: a re-created resource
-    ADOPTED = "adopted"  # ``adopt``: an ownerless topic or another owner's taken over
 
 
 @dataclass(frozen=True)

@@ -21,10 +21,11 @@ from typing import Any
 
 from plateau.protocol.errors import NotFound, OverBudget, PartitionsDecrease
 from plateau.protocol.names import check_name
+from plateau.protocol.replies import TopicPutReply
 from plateau.protocol.topic_config import TopicConfig, TopicConfigRequest, TopicOwner
 from plateau.storage.catalog.locks import Rank, ranked
 from plateau.storage.catalog.manifest import Manifest, SegmentRow
-from plateau.storage.catalog.ownership import Claimed, check_delete, decide, owner_json
+from plateau.storage.catalog.ownership import Claimed, check_delete, decide
 from plateau.storage.metrics import TOPIC_BUDGET_BYTES
 from plateau.storage.partition import Partition
 from plateau.storage.types import Index
@@ -64,13 +65,14 @@ class PutResult:
     created: bool
     claimed: Claimed
 
-    def to_json(self) -> dict[str, object]:
-        return {
-            **self.config.model_dump(mode="json"),
-            "owner": owner_json(self.claimed.owner),
-            "claim": self.claimed.claim.value,
-            "previous_owner": owner_json(self.claimed.previous_owner),
-        }
+    def reply(self) -> TopicPutReply:
+        """The PUT's reply: the resolved config, the owner and how the request stood to it."""
+        return TopicPutReply(
+            **dict(self.config),
+            owner=self.claimed.owner,
+            claim=self.claimed.claim,
+            previous_owner=self.claimed.previous_owner,
+        )
 
 
 class Catalog:

@@ -1,18 +1,22 @@
-"""Reply shapes, declared for ``/docs`` and ``/openapi.json``.
+"""The node's JSON replies: the one definition of their shapes.
 
-Hot routes build their JSON directly (no per-reply validation cost); these
-models document what they send and are what the admin routes validate against.
+The server documents its routes with these models (``/docs``,
+``/openapi.json``) and the admin routes build their replies from them; the
+client parses the admin replies into them (``NodeInfo``, ``TopicStatus``,
+``TopicPutReply``) and the operator reads their attributes. Hot data routes
+build their JSON directly (no per-reply validation cost): ``Records``,
+``TopicRecords``, ``Partitions`` and ``Inserted`` document what they send.
 """
 
 from __future__ import annotations
 
+from enum import StrEnum
 from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
 from plateau.protocol.topic_config import TopicConfig, TopicOwner
-from plateau.protocol.values import RecordStatus
-from plateau.storage.catalog.ownership import Claim
+from plateau.protocol.values import RecordStatus, Span
 
 
 class ErrorReply(BaseModel):
@@ -71,7 +75,9 @@ class TopicRecords(BaseModel):
     next: dict[str, int] = Field(description="Cursor to send as the body of the next call.")
 
 
-class PartitionUsageModel(BaseModel):
+class PartitionUsage(BaseModel):
+    """One partition's readable span and what it keeps."""
+
     start: int
     end: int
     bytes: int
@@ -82,13 +88,31 @@ class PartitionUsageModel(BaseModel):
     )
     newest_time_ms: int | None = Field(description="Latest record time kept (epoch ms).")
 
+    @property
+    def span(self) -> Span:
+        """The readable indexes, end-exclusive (what the engine and the data routes use)."""
+        return Span(self.start, self.end)
 
-class TopicUsageModel(BaseModel):
+
+class TopicUsage(BaseModel):
+    """What a topic stores now, in all and per partition."""
+
     bytes: int
     records: int
     oldest_time_ms: int | None
     newest_time_ms: int | None
-    partitions: dict[str, PartitionUsageModel]
+    partitions: dict[str, PartitionUsage]
+
+
+class Claim(StrEnum):
+    """How a ``PUT /admin/topics/{t}`` stood to the topic's owner (the reply's ``claim``)."""
+
+    CREATED = "created"  # the topic did not exist; the request's owner (or none) recorded
+    UNOWNED = "unowned"  # no owner in the request, none stored
+    ADMIN = "admin"  # no owner in the request, the stored one kept
+    OWNED = "owned"  # the request's owner is the stored one
+    RECLAIMED = "reclaimed"  # same kind, namespace and name, new uid: a re-created resource
+    ADOPTED = "adopted"  # ``adopt``: an ownerless topic or another owner's taken over
 
 
 OWNER_DOC = "The resource that owns the topic; null for an ownerless topic."
@@ -114,31 +138,33 @@ class TopicStatus(TopicConfig):
     """A topic's resolved configuration plus what it stores now."""
 
     owner: TopicOwner | None = Field(description=OWNER_DOC)
-    usage: TopicUsageModel
+    usage: TopicUsage
 
 
-class MemoryPartModel(BaseModel):
+class MemoryPart(BaseModel):
     used: int = Field(description="Bytes held now.")
     limit: int = Field(description="This part's share of the budget.")
 
 
-class MemoryModel(BaseModel):
+class Memory(BaseModel):
     budget_bytes: int = Field(description="storage.memory_budget_bytes in force.")
     source: str = Field(description="configured, cgroup (container limit) or machine.")
-    parts: dict[str, MemoryPartModel] = Field(
+    parts: dict[str, MemoryPart] = Field(
         description="open_segments, read_cache and bodies: what each holds and may hold."
     )
 
 
-class NodeUsageModel(BaseModel):
+class NodeInfo(BaseModel):
+    """``GET /admin/node``: the node's capacity, budgets, usage and memory."""
+
     capacity_bytes: int = Field(description="Bytes the node may allocate to topic budgets.")
     reserve_bytes: int = Field(description="Part of capacity kept free of budgets.")
     allocated_bytes: int = Field(description="Sum of all topic budgets.")
     used_bytes: int = Field(description="Bytes stored.")
     free_disk_bytes: int = Field(description="Free space on the data volume.")
     topics: int
-    memory: MemoryModel
-    topic_usage: dict[str, TopicUsageModel] | None = Field(
+    memory: Memory
+    topic_usage: dict[str, TopicUsage] | None = Field(
         default=None, description="Every topic's usage, with ?topics=true only."
     )
 
