@@ -9,8 +9,8 @@ from starlette.requests import Request
 from plateau.server.config import NodeConfig
 from plateau.server.inflight import BodyBudget
 from plateau.server.iteration_prefetch import PageAhead
+from plateau.storage.catalog.memory import export_memory_metrics
 from plateau.storage.engine import Engine
-from plateau.storage.metrics import export_memory_metrics
 
 
 @dataclass

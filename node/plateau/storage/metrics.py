@@ -4,14 +4,14 @@ Names follow Prometheus conventions (``_total`` counters, ``_seconds`` and
 ``_bytes`` units); ``/metrics`` exposes the default registry. The server's own
 metrics are in ``plateau.server.metrics``; it also observes the server-side
 stages of ``APPEND_STAGE_SECONDS`` (one histogram for an append's whole path).
+This module imports nothing of storage, so every storage module can count
+(``export_memory_metrics`` lives beside ``MemoryBudget``, whose parts it reads).
 """
 
 from __future__ import annotations
 
 import pyarrow as pa
 from prometheus_client import Counter, Gauge, Histogram
-
-from plateau.storage.catalog.memory import MemoryBudget
 
 APPENDED_ROWS = Counter("plateau_appended_rows_total", "Rows acknowledged", ["topic"])
 
@@ -90,18 +90,3 @@ ARROW_ALLOCATED_BYTES = Gauge(
     "the rest of the node's RSS is Python, request bodies and the allocator's free lists",
 )
 ARROW_ALLOCATED_BYTES.set_function(lambda: float(pa.total_allocated_bytes()))
-
-
-def export_memory_metrics(memory: MemoryBudget) -> None:
-    """Read the budget's parts at scrape time (the node's one budget; the last one wins)."""
-    MEMORY_BUDGET_BYTES.set(memory.total)
-    for part in ("open_segments", "read_cache", "bodies"):
-
-        def used(part: str = part) -> float:
-            return float(memory.parts()[part]["used"])
-
-        def limit(part: str = part) -> float:
-            return float(memory.parts()[part]["limit"])
-
-        MEMORY_USED_BYTES.labels(part).set_function(used)
-        MEMORY_LIMIT_BYTES.labels(part).set_function(limit)

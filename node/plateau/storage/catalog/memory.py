@@ -36,6 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from plateau.protocol.errors import Busy
+from plateau.storage.metrics import MEMORY_BUDGET_BYTES, MEMORY_LIMIT_BYTES, MEMORY_USED_BYTES
 
 MiB = 1024 * 1024
 MIN_BUDGET = 64 * MiB
@@ -177,3 +178,18 @@ class MemoryBudget:
             "read_cache": {"used": self.read_cache_used(), "limit": self.read_cache_limit},
             "bodies": {"used": self.bodies, "limit": self.bodies_limit},
         }
+
+
+def export_memory_metrics(memory: MemoryBudget) -> None:
+    """Read the budget's parts at scrape time (the node's one budget; the last one wins)."""
+    MEMORY_BUDGET_BYTES.set(memory.total)
+    for part in ("open_segments", "read_cache", "bodies"):
+
+        def used(part: str = part) -> float:
+            return float(memory.parts()[part]["used"])
+
+        def limit(part: str = part) -> float:
+            return float(memory.parts()[part]["limit"])
+
+        MEMORY_USED_BYTES.labels(part).set_function(used)
+        MEMORY_LIMIT_BYTES.labels(part).set_function(limit)
