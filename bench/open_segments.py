@@ -30,8 +30,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import emit, make_table
 from plateau.storage.data.durable_io import PageDropper
-from plateau.storage.data.recovery import read_open_file
 from plateau.storage.data.sealed_writer import write_sealed
+from plateau.storage.recovery import read_open_file
 
 MiB = 1024 * 1024
 

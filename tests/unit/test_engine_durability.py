@@ -12,10 +12,10 @@ from plateau.protocol.snapshot import SNAPSHOT_FILE, decode
 from plateau.protocol.topic_config import RetentionConfig, TopicConfigRequest
 from plateau.protocol.values import Span
 from plateau.storage.catalog.manifest import SegmentRow
-from plateau.storage.catalog.retention import plan
 from plateau.storage.config import StorageSettings
-from plateau.storage.data.recovery import read_open_file, seal_in_place
 from plateau.storage.engine import Engine
+from plateau.storage.recovery import read_open_file, seal_in_place
+from plateau.storage.retention import plan
 from plateau.storage.types import Index, SegmentId
 from tests.unit.conftest import EngineFactory, append_retrying, wait_for
 

@@ -17,7 +17,7 @@ from plateau.protocol.snapshot import (
 )
 from plateau.spark.options import OptionError
 from plateau.spark.path_listing import load_snapshot
-from plateau.storage.catalog.snapshot import SnapshotWriter
+from plateau.storage.snapshot_writer import SnapshotWriter
 
 # Written by the node before plateau.protocol.snapshot existed (SnapshotWriter over dicts and
 # SegmentRow.to_json, at commit 693f363): the bytes a data directory from then holds.

@@ -1,6 +1,6 @@
 """``snapshot.json``: the on-volume contract between the node and path-mode readers.
 
-The node (``plateau.storage.catalog.snapshot``) replaces this file atomically
+The node (``plateau.storage.snapshot_writer``) replaces this file atomically
 after every seal and before every deletion; Spark's path listing
 (``plateau.spark.path_listing``) reads it instead of the SQLite manifest, which
 a read-only mount cannot open. Both sides go through ``encode`` and ``decode``

@@ -1,11 +1,14 @@
-"""The node's storage engine, in two rooms under the engine that joins them.
+"""The node's storage engine: two rooms below the modules that join them.
 
 - ``data``: segment formats and their readers and writers (the open Arrow segment,
-  sealed Parquet/Arrow files, footers, direct I/O, the decoded-chunk cache, crash
-  recovery of a segment's bytes).
-- ``catalog``: the bookkeeping (the SQLite manifest, topics, retention, locks, the
-  memory budget, progress, group commit, ownership, ``snapshot.json``).
+  sealed Parquet/Arrow files, footers, direct I/O, the decoded-chunk cache, group
+  commit, the durable-write primitives). Imports nothing else of storage but ``types``.
+- ``catalog``: the bookkeeping (the SQLite manifest, locks, the memory budget,
+  progress, ownership). May use ``data``'s primitives, never the reverse.
+- Above both: ``partition`` (one writer, its open and sealed segments), then
+  ``topics``, ``retention``, ``recovery`` and ``record_reads``, then
+  ``snapshot_writer``, then ``engine``, the one object the server talks to.
 
-``engine``, ``partition`` and ``record_reads`` use both; nothing in ``data`` or
-``catalog`` imports them back. Only the server and ``plateau node`` import storage.
+The rules are import-linter contracts in pyproject.toml (``storage-rooms``), checked by
+tests/unit/test_layers.py. Only the server and ``plateau node`` import storage.
 """

@@ -30,18 +30,14 @@ from plateau.protocol.names import check_name
 from plateau.protocol.replies import Memory, NodeInfo, PartitionUsage, TopicUsage
 from plateau.protocol.topic_config import TopicConfig, TopicConfigRequest, TopicOwner
 from plateau.protocol.values import Order, RecordStatus, Span
-from plateau.storage import record_reads
-from plateau.storage.catalog import retention
-from plateau.storage.catalog.group_commit import GroupCommit
+from plateau.storage import record_reads, retention
 from plateau.storage.catalog.manifest import Manifest, SegmentRow
 from plateau.storage.catalog.memory import MemoryBudget, default_budget
 from plateau.storage.catalog.progress import Progress
-from plateau.storage.catalog.snapshot import SnapshotWriter
-from plateau.storage.catalog.topics import Catalog, PutResult, Topic
 from plateau.storage.config import StorageSettings
 from plateau.storage.data.durable_io import BALLAST, Ballast
+from plateau.storage.data.group_commit import GroupCommit
 from plateau.storage.data.reader_cache import ReaderCache
-from plateau.storage.data.recovery import recover
 from plateau.storage.data.validation import prepare
 from plateau.storage.metrics import (
     APPENDED_BYTES,
@@ -51,6 +47,9 @@ from plateau.storage.metrics import (
     TOPIC_BYTES,
 )
 from plateau.storage.partition import Partition, PartitionContext
+from plateau.storage.recovery import recover
+from plateau.storage.snapshot_writer import SnapshotWriter
+from plateau.storage.topics import Catalog, PutResult, Topic
 from plateau.storage.types import (
     Index,
     PartitionRead,

@@ -1,2 +1,2 @@
-"""The node's bookkeeping: which topics and segments exist, what may be deleted, who owns
-what, and the locks, memory budget and progress that keep the engine honest."""
+"""The node's bookkeeping: which segments exist (the manifest), who owns a topic,
+and the locks, memory budget and progress that keep the engine honest."""

@@ -25,8 +25,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from plateau.protocol.topic_config import SegmentConfig
-from plateau.storage.catalog.group_commit import GroupCommit
 from plateau.storage.data.durable_io import PageDropper
+from plateau.storage.data.group_commit import GroupCommit
 from plateau.storage.types import Index, SegmentId
 
 WRITE_BUFFER = 1024 * 1024

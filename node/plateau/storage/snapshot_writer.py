@@ -27,8 +27,8 @@ from plateau.protocol.snapshot import (
     encode,
 )
 from plateau.storage.catalog.manifest import SegmentRow
-from plateau.storage.catalog.topics import Topic
 from plateau.storage.data.durable_io import publish
+from plateau.storage.topics import Topic
 
 
 class SnapshotWriter:
