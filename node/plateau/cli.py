@@ -385,8 +385,8 @@ def topic_set(
     timeout: TimeoutOpt = None,
 ) -> None:
     """Create a topic or change the settings given; others keep their values."""
+    from plateau.client.topic_settings import TopicSettings
     from plateau.client.units import parse_duration, parse_quantity
-    from plateau.client.wire import UNSET
 
     def option(name: str, text: str | None, parse: Any) -> Any:
         try:
@@ -394,30 +394,26 @@ def topic_set(
         except ValueError as exc:
             fail(f"--{name}: {exc}")
 
-    age: Any = UNSET
+    if segment_format not in (None, "parquet", "arrow"):
+        fail(f"--format {segment_format!r}: choose parquet or arrow")
+    settings = TopicSettings(
+        partitions=partitions,
+        max_bytes=option("max-bytes", max_bytes, parse_quantity),
+        segment_format=segment_format,
+        segment_max_rows=segment_max_rows,
+        segment_max_bytes=option("segment-max-bytes", segment_max_bytes, parse_quantity),
+        segment_max_age_seconds=option("segment-max-age", segment_max_age, parse_duration),
+        segment_compression=compression,
+    )
     if max_age is not None and max_age.strip().lower() in ("none", "null", "off"):
-        age = None
+        settings["max_age_seconds"] = None  # clears the age limit; left out keeps it
     elif max_age is not None:
         seconds = option("max-age", max_age, parse_duration)
         if seconds != int(seconds) or seconds <= 0:
             fail(f"--max-age: {max_age!r} must be a positive whole number of seconds")
-        age = int(seconds)
-    if segment_format not in (None, "parquet", "arrow"):
-        fail(f"--format {segment_format!r}: choose parquet or arrow")
+        settings["max_age_seconds"] = int(seconds)
     with connect(ctx, url, token, timeout) as client:
-        print_json(
-            client.put_topic(
-                topic,
-                partitions=partitions,
-                max_bytes=option("max-bytes", max_bytes, parse_quantity),
-                max_age_seconds=age,
-                segment_format=segment_format,
-                segment_max_rows=segment_max_rows,
-                segment_max_bytes=option("segment-max-bytes", segment_max_bytes, parse_quantity),
-                segment_max_age_seconds=option("segment-max-age", segment_max_age, parse_duration),
-                segment_compression=compression,
-            )
-        )
+        print_json(client.put_topic(topic, **settings))
 
 
 @topic_app.command("get")

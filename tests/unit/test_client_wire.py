@@ -16,8 +16,8 @@ from plateau.client.errors import (
     UnavailableError,
     error_from_response,
 )
+from plateau.client.topic_settings import topic_request
 from plateau.client.wire import (
-    UNSET,
     RetryPolicy,
     backoff_delay,
     decode_table,
@@ -30,7 +30,6 @@ from plateau.client.wire import (
     quote_name,
     rows_to_table,
     split_rows,
-    topic_request,
 )
 from plateau.protocol import (
     ARROW_FILE,
@@ -123,16 +122,22 @@ def test_quote_name_escapes_path_characters() -> None:
 
 
 def test_topic_request_has_only_given_fields() -> None:
-    assert topic_request() == {}
-    assert topic_request(partitions=3, max_bytes=10) == {
+    assert topic_request({}) == {}
+    assert topic_request({"partitions": 3, "max_bytes": 10, "segment_format": None}) == {
         "partitions": 3,
         "retention": {"max_bytes": 10},
     }
-    assert topic_request(max_age_seconds=None) == {"retention": {"max_age_seconds": None}}
-    assert topic_request(max_age_seconds=UNSET) == {}
-    assert topic_request(segment_format="arrow", segment_max_age_seconds=1.5) == {
+    assert topic_request({"max_age_seconds": None}) == {"retention": {"max_age_seconds": None}}
+    assert topic_request({"segment_format": "arrow", "segment_max_age_seconds": 1.5}) == {
         "segment": {"format": "arrow", "max_age_seconds": 1.5}
     }
+    owner = {"kind": "PlateauTopic", "namespace": "n", "name": "t", "uid": "u"}
+    assert topic_request({"owner": owner, "adopt": True}) == {"owner": owner, "adopt": True}
+
+
+def test_topic_request_refuses_unknown_settings() -> None:
+    with pytest.raises(TypeError, match="partitionz"):
+        topic_request({"partitionz": 3})  # type: ignore[typeddict-unknown-key]
 
 
 def _arrow(table: pa.Table, headers: dict[str, str]) -> httpx.Response:

@@ -24,6 +24,7 @@ from plateau.client.errors import (
     UnavailableError,
 )
 from plateau.client.sync import PlateauClient
+from plateau.client.topic_settings import TopicSettings
 from plateau.client.wire import PartitionPage, RetryPolicy, TopicInfo, TopicPage
 from plateau.protocol.focus import DataFocus
 
@@ -45,5 +46,6 @@ __all__ = [
     "RetryPolicy",
     "TopicInfo",
     "TopicPage",
+    "TopicSettings",
     "UnavailableError",
 ]

@@ -4,23 +4,46 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, Mapping, Sequence
+from collections.abc import AsyncGenerator, Callable, Coroutine
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import httpx
-import pyarrow as pa
 
 from plateau.client import operations as ops
-from plateau.client._base import DEFAULT_URL, ClientBase
+from plateau.client._base import DEFAULT_URL, ClientBase, as_method
 from plateau.client.errors import ConnectionFailed
-from plateau.client.wire import UNSET, PartitionPage, RetryPolicy, TimeBound, TopicInfo, TopicPage
-from plateau.protocol import DEFAULT_PAGE_SIZE
-from plateau.protocol.focus import DataFocus
-from plateau.protocol.values import Span
+from plateau.client.wire import RetryPolicy
 
 T = TypeVar("T")
 R = TypeVar("R")
+P = ParamSpec("P")
+
+
+def _method(
+    operation: Callable[Concatenate[ops.ClientState, P], ops.Op[R]],
+) -> Callable[Concatenate[AsyncPlateauClient, P], Coroutine[Any, Any, R]]:
+    """A coroutine method that runs ``operation`` to its result."""
+
+    async def method(self: AsyncPlateauClient, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return await self._run(operation(self._state, *args, **kwargs))
+
+    as_method(method, operation)
+    return method
+
+
+def _stream(
+    operation: Callable[Concatenate[ops.ClientState, P], ops.StreamOp[T]],
+) -> Callable[Concatenate[AsyncPlateauClient, P], AsyncGenerator[T, None]]:
+    """A method that hands out the pages ``operation`` emits, as an async generator."""
+
+    def method(
+        self: AsyncPlateauClient, /, *args: P.args, **kwargs: P.kwargs
+    ) -> AsyncGenerator[T, None]:
+        return self._steps(operation(self._state, *args, **kwargs))
+
+    as_method(method, operation)
+    return method
 
 
 class AsyncPlateauClient(ClientBase):
@@ -89,116 +112,14 @@ class AsyncPlateauClient(ClientBase):
             raise AssertionError("a single-result operation emitted a page")
         return result[0]
 
-    # --- API (see PlateauClient for each method's meaning) ------------------------
-    async def topics(self) -> list[str]:
-        return await self._run(self._topics())
-
-    async def topic(self, topic: str) -> TopicInfo:
-        return await self._run(self._topic(topic))
-
-    async def append(
-        self,
-        topic: str,
-        partition: str,
-        data: pa.Table | pa.RecordBatch | Sequence[Mapping[str, Any]],
-    ) -> Span:
-        return await self._run(self._append(topic, partition, data))
-
-    async def read(
-        self,
-        topic: str,
-        partition: str,
-        start: int = 0,
-        page_size: int = DEFAULT_PAGE_SIZE,
-        time_start: TimeBound = None,
-        time_end: TimeBound = None,
-        focus: DataFocus | None = None,
-    ) -> PartitionPage:
-        return await self._run(
-            self._read(topic, partition, start, page_size, time_start, time_end, focus)
-        )
-
-    def read_all(
-        self,
-        topic: str,
-        partition: str,
-        start: int = 0,
-        page_size: int = DEFAULT_PAGE_SIZE,
-        time_start: TimeBound = None,
-        time_end: TimeBound = None,
-        focus: DataFocus | None = None,
-    ) -> AsyncGenerator[PartitionPage, None]:
-        return self._steps(
-            self._read_all(topic, partition, start, page_size, time_start, time_end, focus)
-        )
-
-    def iterate(
-        self,
-        topic: str,
-        cursor: Mapping[str, int] | None = None,
-        page_size: int = DEFAULT_PAGE_SIZE,
-        order: str = "asc",
-        partition_filter: Sequence[str] | None = None,
-        time_start: TimeBound = None,
-        time_end: TimeBound = None,
-        follow: bool = False,
-        poll_interval: float = 1.0,
-        focus: DataFocus | None = None,
-    ) -> AsyncGenerator[TopicPage, None]:
-        return self._steps(
-            ops.iterate(
-                self._state,
-                topic,
-                cursor,
-                page_size,
-                order,
-                partition_filter,
-                time_start,
-                time_end,
-                follow,
-                poll_interval,
-                focus,
-            )
-        )
-
-    async def put_topic(
-        self,
-        topic: str,
-        *,
-        partitions: int | None = None,
-        max_bytes: int | None = None,
-        max_age_seconds: int | None = UNSET,
-        segment_format: str | None = None,
-        segment_max_rows: int | None = None,
-        segment_max_bytes: int | None = None,
-        segment_max_age_seconds: float | None = None,
-        segment_compression: str | None = None,
-        owner: Mapping[str, str] | None = None,
-        adopt: bool = False,
-        body: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any] | None:
-        return await self._run(
-            self._put_topic(
-                topic,
-                partitions=partitions,
-                max_bytes=max_bytes,
-                max_age_seconds=max_age_seconds,
-                segment_format=segment_format,
-                segment_max_rows=segment_max_rows,
-                segment_max_bytes=segment_max_bytes,
-                segment_max_age_seconds=segment_max_age_seconds,
-                segment_compression=segment_compression,
-                owner=owner,
-                adopt=adopt,
-                body=body,
-            )
-        )
-
-    async def get_topic(self, topic: str) -> dict[str, Any] | None:
-        return await self._run(self._get_topic(topic))
-
-    async def delete_topic(self, topic: str, owner_uid: str | None = None) -> None:
-        await self._run(self._delete_topic(topic, owner_uid))
-
-    async def node_info(self, topics: bool = False) -> dict[str, Any] | None:
-        return await self._run(self._node_info(topics))
+    # --- API: the operations of PlateauClient, as coroutines and async iterators -------
+    topics = _method(ops.topics)
+    topic = _method(ops.topic)
+    append = _method(ops.append)
+    read = _method(ops.read)
+    read_all = _stream(ops.read_all)
+    iterate = _stream(ops.iterate)
+    put_topic = _method(ops.put_topic)
+    get_topic = _method(ops.get_topic)
+    delete_topic = _method(ops.delete_topic)
+    node_info = _method(ops.node_info)

@@ -15,7 +15,7 @@ import time
 from collections import deque
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, TypeVar, Unpack
 
 import httpx
 import pyarrow as pa
@@ -29,6 +29,7 @@ from plateau.client.errors import (
     RecordTooLargeError,
     error_from_response,
 )
+from plateau.client.topic_settings import TopicSettings, topic_request
 from plateau.client.wire import (
     PartitionPage,
     RetryPolicy,
@@ -46,10 +47,14 @@ from plateau.client.wire import (
     quote_name,
     split_rows,
     time_params,
+    to_table,
 )
 from plateau.protocol import (
+    ADMIN_NODE_PATH,
+    ADMIN_TOPIC_PATH,
     APPEND_PATH,
     ARROW_FILE,
+    DEFAULT_PAGE_SIZE,
     ITERATE_PATH,
     JSON,
     READ_PARTITION_PATH,
@@ -150,23 +155,33 @@ def request_json(call: Call, state: ClientState) -> Op[Any]:
 
 
 def topics(state: ClientState) -> Op[list[str]]:
+    """The node's topic names."""
     body = yield from request_json(Call("GET", TOPICS_PATH), state)
     return [str(t["name"]) for t in body.get("topics", [])]
 
 
-def topic(state: ClientState, name: str) -> Op[TopicInfo]:
-    body = yield from request_json(Call("GET", TOPIC_PATH.format(topic=quote_name(name))), state)
+def topic(state: ClientState, topic: str) -> Op[TopicInfo]:
+    """Partition spans and bytes of a topic."""
+    body = yield from request_json(Call("GET", TOPIC_PATH.format(topic=quote_name(topic))), state)
     return parse_topic_info(body)
 
 
-def append(state: ClientState, topic: str, partition: str, table: pa.Table) -> Op[Span]:
-    """Append ``table`` in order, splitting it by rows while the node answers 413.
+def append(
+    state: ClientState,
+    topic: str,
+    partition: str,
+    data: pa.Table | pa.RecordBatch | Sequence[Mapping[str, Any]],
+) -> Op[Span]:
+    """Append rows (a table, a batch or row dicts); returns the indexes they got.
+
+    The rows go in order, split by rows while the node answers 413.
 
     Parts are sent one after another, so they land in order; the returned span
     runs from the first part's start to the last part's end (other writers of
     the same partition may interleave between parts). If a later part fails,
     ``PartialAppendError`` says which rows were written.
     """
+    table = to_table(data)
     if table.num_rows == 0:
         raise PlateauClientError(None, "nothing to append: the table has no rows")
     path = APPEND_PATH.format(topic=quote_name(topic), partition=quote_name(partition))
@@ -216,12 +231,13 @@ def read(
     state: ClientState,
     topic: str,
     partition: str,
-    start: int,
-    page_size: int,
+    start: int = 0,
+    page_size: int = DEFAULT_PAGE_SIZE,
     time_start: TimeBound = None,
     time_end: TimeBound = None,
     focus: DataFocus | None = None,
 ) -> Op[PartitionPage]:
+    """One page of a partition from index ``start``: ``(table, span, status)``."""
     params = [("start", str(start)), ("page_size", str(page_size))]
     params += time_params(time_start, time_end) + focus_params(focus)
     path = READ_PARTITION_PATH.format(topic=quote_name(topic), partition=quote_name(partition))
@@ -234,13 +250,14 @@ def read_all(
     state: ClientState,
     topic: str,
     partition: str,
-    start: int,
-    page_size: int,
+    start: int = 0,
+    page_size: int = DEFAULT_PAGE_SIZE,
     time_start: TimeBound = None,
     time_end: TimeBound = None,
     focus: DataFocus | None = None,
 ) -> StreamOp[PartitionPage]:
-    """Pages from ``start`` to the partition's current end (pages with rows only)."""
+    """Pages from ``start`` up to the partition's end at the time of reading (pages with rows
+    only)."""
     while True:
         page = yield from read(
             state, topic, partition, start, page_size, time_start, time_end, focus
@@ -255,8 +272,8 @@ def read_all(
 def iterate(
     state: ClientState,
     topic: str,
-    cursor: Mapping[str, int] | None,
-    page_size: int,
+    cursor: Mapping[str, int] | None = None,
+    page_size: int = DEFAULT_PAGE_SIZE,
     order: str = "asc",
     partition_filter: Sequence[str] | None = None,
     time_start: TimeBound = None,
@@ -265,7 +282,8 @@ def iterate(
     poll_interval: float = 1.0,
     focus: DataFocus | None = None,
 ) -> StreamOp[TopicPage]:
-    """Follow the topic cursor until status ``All``; with ``follow``, keep polling after it.
+    """Topic pages across partitions, ``(table, cursor, status)``: follows the topic cursor
+    until status ``All``; with ``follow``, keeps polling after it.
 
     Without ``follow`` every page is handed out, the last one (status ``All``,
     maybe empty) carrying the final cursor; with ``follow`` only pages with rows.
@@ -311,3 +329,44 @@ def admin(
     )
     reply = yield from request_json(call, state)
     return reply if isinstance(reply, dict) else None
+
+
+def put_topic(
+    state: ClientState,
+    topic: str,
+    *,
+    body: Mapping[str, Any] | None = None,
+    **settings: Unpack[TopicSettings],
+) -> Op[dict[str, Any] | None]:
+    """Create or update a topic; only the settings given change (idempotent).
+
+    ``owner`` (kind, namespace, name, uid) claims the topic; another owner's
+    claim is refused with ``ConflictError`` (``reason="OwnerConflict"``)
+    unless ``adopt``. The reply carries ``owner``, ``claim`` and
+    ``previous_owner`` beside the resolved config. ``body`` is a request body
+    as the node takes it (``TopicConfigRequest``); the settings given override it.
+    """
+    request = {**(body or {}), **topic_request(settings)}
+    path = ADMIN_TOPIC_PATH.format(topic=quote_name(topic))
+    return (yield from admin(state, "PUT", path, request))
+
+
+def get_topic(state: ClientState, topic: str) -> Op[dict[str, Any] | None]:
+    """A topic's configuration and usage."""
+    path = ADMIN_TOPIC_PATH.format(topic=quote_name(topic))
+    return (yield from admin(state, "GET", path))
+
+
+def delete_topic(state: ClientState, topic: str, owner_uid: str | None = None) -> Op[None]:
+    """Delete a topic and all its data; with ``owner_uid``, only if that owner holds it
+    (else ``ConflictError``, ``reason="OwnerConflict"``, nothing deleted)."""
+    params = [] if owner_uid is None else [("owner_uid", owner_uid)]
+    path = ADMIN_TOPIC_PATH.format(topic=quote_name(topic))
+    yield from admin(state, "DELETE", path, params=params)
+
+
+def node_info(state: ClientState, topics: bool = False) -> Op[dict[str, Any] | None]:
+    """The node's capacity, allocated and used bytes; with ``topics``, every topic's usage
+    too (``topic_usage``: name to the ``usage`` that ``get_topic`` gives), in one call."""
+    params = [("topics", "true")] if topics else []
+    return (yield from admin(state, "GET", ADMIN_NODE_PATH, params=params))

@@ -4,24 +4,48 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, Concatenate, ParamSpec, TypeVar
 
 import httpx
-import pyarrow as pa
 
 from plateau.client import operations as ops
-from plateau.client._base import DEFAULT_URL, ClientBase
+from plateau.client._base import DEFAULT_URL, ClientBase, as_method
 from plateau.client.direct import DirectTransport, Origin
 from plateau.client.errors import ConnectionFailed
-from plateau.client.wire import UNSET, PartitionPage, RetryPolicy, TimeBound, TopicInfo, TopicPage
-from plateau.protocol import DEFAULT_PAGE_SIZE, JSON
-from plateau.protocol.focus import DataFocus
-from plateau.protocol.values import Span
+from plateau.client.wire import RetryPolicy
+from plateau.protocol import JSON
 
 T = TypeVar("T")
 R = TypeVar("R")
+P = ParamSpec("P")
+
+
+def _method(
+    operation: Callable[Concatenate[ops.ClientState, P], ops.Op[R]],
+) -> Callable[Concatenate[PlateauClient, P], R]:
+    """A method that runs ``operation`` to its result; its parameters are the operation's."""
+
+    def method(self: PlateauClient, /, *args: P.args, **kwargs: P.kwargs) -> R:
+        return self._run(operation(self._state, *args, **kwargs))
+
+    as_method(method, operation)
+    return method
+
+
+def _stream(
+    operation: Callable[Concatenate[ops.ClientState, P], ops.StreamOp[T]],
+) -> Callable[Concatenate[PlateauClient, P], Generator[T, None, None]]:
+    """A method that hands out the pages ``operation`` emits, as they come."""
+
+    def method(
+        self: PlateauClient, /, *args: P.args, **kwargs: P.kwargs
+    ) -> Generator[T, None, None]:
+        return self._steps(operation(self._state, *args, **kwargs))
+
+    as_method(method, operation)
+    return method
 
 
 class PlateauClient(ClientBase):
@@ -118,133 +142,14 @@ class PlateauClient(ClientBase):
             raise AssertionError("a single-result operation emitted a page")
         return result[0]
 
-    # --- API ----------------------------------------------------------------------
-    def topics(self) -> list[str]:
-        return self._run(self._topics())
-
-    def topic(self, topic: str) -> TopicInfo:
-        """Partition spans and bytes of a topic."""
-        return self._run(self._topic(topic))
-
-    def append(
-        self,
-        topic: str,
-        partition: str,
-        data: pa.Table | pa.RecordBatch | Sequence[Mapping[str, Any]],
-    ) -> Span:
-        """Append rows (a table, a batch or row dicts); returns the indexes they got."""
-        return self._run(self._append(topic, partition, data))
-
-    def read(
-        self,
-        topic: str,
-        partition: str,
-        start: int = 0,
-        page_size: int = DEFAULT_PAGE_SIZE,
-        time_start: TimeBound = None,
-        time_end: TimeBound = None,
-        focus: DataFocus | None = None,
-    ) -> PartitionPage:
-        """One page of a partition from index ``start``: ``(table, span, status)``."""
-        return self._run(
-            self._read(topic, partition, start, page_size, time_start, time_end, focus)
-        )
-
-    def read_all(
-        self,
-        topic: str,
-        partition: str,
-        start: int = 0,
-        page_size: int = DEFAULT_PAGE_SIZE,
-        time_start: TimeBound = None,
-        time_end: TimeBound = None,
-        focus: DataFocus | None = None,
-    ) -> Generator[PartitionPage, None, None]:
-        """Pages from ``start`` up to the partition's end at the time of reading."""
-        return self._steps(
-            self._read_all(topic, partition, start, page_size, time_start, time_end, focus)
-        )
-
-    def iterate(
-        self,
-        topic: str,
-        cursor: Mapping[str, int] | None = None,
-        page_size: int = DEFAULT_PAGE_SIZE,
-        order: str = "asc",
-        partition_filter: Sequence[str] | None = None,
-        time_start: TimeBound = None,
-        time_end: TimeBound = None,
-        follow: bool = False,
-        poll_interval: float = 1.0,
-        focus: DataFocus | None = None,
-    ) -> Generator[TopicPage, None, None]:
-        """Topic pages across partitions, ``(table, cursor, status)``; see ``ops.iterate``."""
-        return self._steps(
-            ops.iterate(
-                self._state,
-                topic,
-                cursor,
-                page_size,
-                order,
-                partition_filter,
-                time_start,
-                time_end,
-                follow,
-                poll_interval,
-                focus,
-            )
-        )
-
-    def put_topic(
-        self,
-        topic: str,
-        *,
-        partitions: int | None = None,
-        max_bytes: int | None = None,
-        max_age_seconds: int | None = UNSET,
-        segment_format: str | None = None,
-        segment_max_rows: int | None = None,
-        segment_max_bytes: int | None = None,
-        segment_max_age_seconds: float | None = None,
-        segment_compression: str | None = None,
-        owner: Mapping[str, str] | None = None,
-        adopt: bool = False,
-        body: Mapping[str, Any] | None = None,
-    ) -> dict[str, Any] | None:
-        """Create or update a topic; only the fields given change (idempotent).
-
-        ``owner`` (kind, namespace, name, uid) claims the topic; another owner's
-        claim is refused with ``ConflictError`` (``reason="OwnerConflict"``)
-        unless ``adopt``. The reply carries ``owner``, ``claim`` and
-        ``previous_owner`` beside the resolved config.
-        """
-        return self._run(
-            self._put_topic(
-                topic,
-                partitions=partitions,
-                max_bytes=max_bytes,
-                max_age_seconds=max_age_seconds,
-                segment_format=segment_format,
-                segment_max_rows=segment_max_rows,
-                segment_max_bytes=segment_max_bytes,
-                segment_max_age_seconds=segment_max_age_seconds,
-                segment_compression=segment_compression,
-                owner=owner,
-                adopt=adopt,
-                body=body,
-            )
-        )
-
-    def get_topic(self, topic: str) -> dict[str, Any] | None:
-        """A topic's configuration and usage."""
-        return self._run(self._get_topic(topic))
-
-    def delete_topic(self, topic: str, owner_uid: str | None = None) -> None:
-        """Delete a topic and all its data; with ``owner_uid``, only if that owner holds it
-        (else ``ConflictError``, ``reason="OwnerConflict"``, nothing deleted)."""
-        self._run(self._delete_topic(topic, owner_uid))
-
-    def node_info(self, topics: bool = False) -> dict[str, Any] | None:
-        """The node's capacity, allocated and used bytes; with ``topics``, every topic's usage
-        too (``topic_usage``: name to the ``usage`` that ``get_topic`` gives), in one call."""
-        return self._run(self._node_info(topics))
+    # --- API: each method is an operation of plateau.client.operations, driven here ------
+    topics = _method(ops.topics)
+    topic = _method(ops.topic)
+    append = _method(ops.append)
+    read = _method(ops.read)
+    read_all = _stream(ops.read_all)
+    iterate = _stream(ops.iterate)
+    put_topic = _method(ops.put_topic)
+    get_topic = _method(ops.get_topic)
+    delete_topic = _method(ops.delete_topic)
+    node_info = _method(ops.node_info)

@@ -275,66 +275,6 @@ def parse_topic_info(body: Mapping[str, Any]) -> TopicInfo:
     return TopicInfo(partitions, int(body.get("bytes") or 0))
 
 
-class _Unset:
-    def __repr__(self) -> str:
-        return "UNSET"
-
-
-UNSET: Any = _Unset()
-"""Marks an argument left out, as opposed to an explicit ``None`` (which clears a value)."""
-
-
-def topic_request(
-    partitions: int | None = None,
-    max_bytes: int | None = None,
-    max_age_seconds: int | None = UNSET,
-    segment_format: str | None = None,
-    segment_max_rows: int | None = None,
-    segment_max_bytes: int | None = None,
-    segment_max_age_seconds: float | None = None,
-    segment_compression: str | None = None,
-    owner: Mapping[str, str] | None = None,
-    adopt: bool = False,
-) -> dict[str, Any]:
-    """Body of ``PUT /admin/topics/{t}`` holding only the fields given.
-
-    Fields left out keep their current value on the node, so a caller can
-    manage one knob without knowing the others; ``max_age_seconds=None``
-    explicitly removes the age limit. ``owner`` (kind, namespace, name, uid)
-    claims the topic for a resource, ``adopt`` takes it over from an ownerless
-    topic or another owner; without ``owner`` the request is an admin's and
-    leaves the owner as it is.
-    """
-    body: dict[str, Any] = {}
-    if owner is not None:
-        body["owner"] = dict(owner)
-    if adopt:
-        body["adopt"] = True
-    if partitions is not None:
-        body["partitions"] = partitions
-    retention: dict[str, Any] = {}
-    if max_bytes is not None:
-        retention["max_bytes"] = max_bytes
-    if max_age_seconds is not UNSET:
-        retention["max_age_seconds"] = max_age_seconds
-    if retention:
-        body["retention"] = retention
-    segment = {
-        key: value
-        for key, value in (
-            ("format", segment_format),
-            ("max_rows", segment_max_rows),
-            ("max_bytes", segment_max_bytes),
-            ("max_age_seconds", segment_max_age_seconds),
-            ("compression", segment_compression),
-        )
-        if value is not None
-    }
-    if segment:
-        body["segment"] = segment
-    return body
-
-
 def focus_params(focus: DataFocus | None) -> list[tuple[str, str]]:
     """A data focus as query parameters, in the form plateau's own clients send (serde_qs)."""
     if focus is None or not focus.active:
