@@ -135,7 +135,12 @@ def test_segment_deleted_under_a_running_query(
     gate.mkdir()
     try:
         with PlateauClient(node.url) as client:
-            client.put_topic("loss", partitions=2, segment_max_rows=100, max_bytes=10_000_000)
+            # an hour's age limit: the 1-row segment [1000, 1001) stays open (unlisted) however
+            # long Spark takes to start on a loaded machine (the default 60 s sealed it once)
+            client.put_topic(
+                "loss", partitions=2, segment_max_rows=100, max_bytes=10_000_000,
+                segment_max_age_seconds=3600,
+            )  # fmt: skip
             for start in range(0, 1001, 100):  # in turn, so that both have old segments
                 for p in ("0", "1"):  # (the last append seals [900, 1000))
                     client.append("loss", p, wide_rows(p, start, min(start + 100, 1001)))
