@@ -35,7 +35,6 @@ Progress on stderr; the last stdout line is one JSON object (bench/README.md).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -61,7 +60,7 @@ from common import (
     percentile,
     system_busy_s,
 )
-from plateau.protocol import ARROW_FILE
+from plateau.protocol import ARROW_FILE, snapshot
 from read import iterate_topic
 from testkit.nodeproc import NodeProcess
 
@@ -137,8 +136,9 @@ def stream_delays(spark: Any, node: NodeProcess, mode: str, seconds: float) -> d
                headers={"content-type": ARROW_FILE})  # fmt: skip
     deadline = time.monotonic() + 30
     while mode == "path" and time.monotonic() < deadline:
-        doc = json.loads((node.data_dir / "snapshot.json").read_text())
-        if doc["topics"].get(topic, {}).get("partitions", {}).get("0", {}).get("segments"):
+        doc = snapshot.decode((node.data_dir / snapshot.SNAPSHOT_FILE).read_bytes())
+        part = doc.topics[topic].partitions.get("0") if topic in doc.topics else None
+        if part is not None and part.segments:
             break  # path mode knows the columns once a segment is sealed
         time.sleep(0.1)
     source = {"url": node.url} if mode == "url" else {"path": str(node.data_dir)}

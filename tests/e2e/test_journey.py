@@ -224,10 +224,10 @@ def usage(team: Kube, topic: str) -> dict[str, Any]:
 def sealed(team: Kube, name: str) -> int:
     """Rows of the node's sealed segments in topic ``name`` (from inside its pod)."""
     code = (
-        "import json,pathlib;"
-        "s=json.loads(pathlib.Path('/data/snapshot.json').read_text());"
-        f"t=s['topics'].get({name!r},{{}});"
-        "print(sum(g['rows'] for p in t.get('partitions',{}).values() for g in p['segments']))"
+        "import pathlib;from plateau.protocol import snapshot;"
+        "s=snapshot.decode(pathlib.Path('/data',snapshot.SNAPSHOT_FILE).read_bytes());"
+        f"t=s.topics.get({name!r});"
+        "print(sum(g.rows for p in t.partitions.values() for g in p.segments) if t else 0)"
     )
     out = team.run("exec", POD, "-c", "node", "--", "python", "-c", code, check=False)
     return int(out.stdout.strip()) if out.returncode == 0 and out.stdout.strip() else -1
