@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any, NoReturn
 
 import typer
 import yaml
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from plateau.cli_options import (
     DEFAULT_TIMEOUT,
@@ -95,6 +95,8 @@ def connect(
 
 
 def print_json(value: Any) -> None:
+    if isinstance(value, BaseModel):  # an admin reply (plateau.protocol.replies)
+        value = value.model_dump(mode="json")
     typer.echo(json.dumps(value, indent=2, sort_keys=True))
 
 

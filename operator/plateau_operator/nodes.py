@@ -20,6 +20,7 @@ from kubernetes.client.exceptions import ApiException
 
 from plateau.client.errors import AuthError, PlateauClientError
 from plateau.client.units import format_bytes, parse_quantity
+from plateau.protocol.replies import NodeInfo
 from plateau_operator import resources
 from plateau_operator.claims import (
     claim_is_ours,
@@ -53,7 +54,7 @@ class Observed:
     tokens: dict[str, str]  # the operator's Secret's values, missing keys freshly made
     write_token: str | None  # None: auth.secretRef names no such Secret or key
     secret: dict[str, Any] | None = None  # the node's token Secret as read, if any
-    info: dict[str, Any] | None = None  # GET /admin/node, when the node answered
+    info: NodeInfo | None = None  # GET /admin/node, when the node answered
     info_error: PlateauClientError | NoAccess | None = None
     conflict: str | None = None  # a child's name taken by an object not ours
 
@@ -146,7 +147,7 @@ def read(kube: Kube, body: dict[str, Any], cfg: OperatorSettings) -> Observed:
     try:
         url = override(body, cfg.allow_endpoint_override) or pod_url(sts, pod)
         with client_for(Target(url, write)) as client:
-            return replace(obs, info=client.node_info() or {})
+            return replace(obs, info=client.node_info())
     except (PlateauClientError, NoAccess) as exc:
         return replace(obs, info_error=exc)
 

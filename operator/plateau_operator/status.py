@@ -14,6 +14,7 @@ from enum import StrEnum
 from typing import Any
 
 from plateau.client.units import format_bytes
+from plateau.protocol.replies import NodeInfo, TopicUsage
 
 
 class TopicReason(StrEnum):
@@ -112,37 +113,31 @@ def set_condition(
     return sorted([*others, condition], key=lambda c: str(c["type"]))
 
 
-def topic_usage(status: dict[str, Any]) -> dict[str, Any]:
-    """The node's ``GET /admin/topics/{t}`` reply as the PlateauTopic's ``status.usage``."""
-    usage = status.get("usage") or {}
-    partitions = {
-        name: {"start": p["start"], "end": p["end"], "bytes": p["bytes"]}
-        for name, p in (usage.get("partitions") or {}).items()
-    }
-    nbytes = int(usage.get("bytes", 0))
+def topic_usage(usage: TopicUsage) -> dict[str, Any]:
+    """A topic's usage (``GET /admin/topics/{t}``'s ``usage``) as its PlateauTopic's
+    ``status.usage``."""
     out: dict[str, Any] = {
-        "bytes": nbytes,
-        "used": format_bytes(nbytes),
-        "records": int(usage.get("records", 0)),
-        "partitions": partitions,
+        "bytes": usage.bytes,
+        "used": format_bytes(usage.bytes),
+        "records": usage.records,
+        "partitions": {
+            name: {"start": p.start, "end": p.end, "bytes": p.bytes}
+            for name, p in usage.partitions.items()
+        },
     }
-    for key, name in (("oldest_time_ms", "oldestTime"), ("newest_time_ms", "newestTime")):
-        if usage.get(key) is not None:
-            out[name] = datetime.fromtimestamp(usage[key] / 1000, UTC).strftime(
-                "%Y-%m-%dT%H:%M:%SZ"
-            )
+    for ms, name in ((usage.oldest_time_ms, "oldestTime"), (usage.newest_time_ms, "newestTime")):
+        if ms is not None:
+            out[name] = datetime.fromtimestamp(ms / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
     return out
 
 
-def node_usage(info: dict[str, Any]) -> dict[str, Any]:
+def node_usage(info: NodeInfo) -> dict[str, Any]:
     """The node's ``GET /admin/node`` reply as PlateauNode status fields."""
-    allocated = int(info.get("allocated_bytes", 0))
-    used = int(info.get("used_bytes", 0))
     return {
-        "capacityBytes": int(info.get("capacity_bytes", 0)),
-        "allocatedBytes": allocated,
-        "usedBytes": used,
-        "allocated": format_bytes(allocated),
-        "used": format_bytes(used),
-        "topics": int(info.get("topics", 0)),
+        "capacityBytes": info.capacity_bytes,
+        "allocatedBytes": info.allocated_bytes,
+        "usedBytes": info.used_bytes,
+        "allocated": format_bytes(info.allocated_bytes),
+        "used": format_bytes(info.used_bytes),
+        "topics": info.topics,
     }

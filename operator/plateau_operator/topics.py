@@ -30,6 +30,8 @@ from plateau.client.errors import (
     PlateauClientError,
 )
 from plateau.client.units import format_bytes
+from plateau.protocol.replies import Claim, TopicStatus
+from plateau.protocol.topic_config import TopicConfig, TopicOwner
 from plateau_operator.crd import ADOPT_ANNOTATION, API_VERSION, NODE_KIND, TOPIC_KIND, annotation
 from plateau_operator.kube import Kube
 from plateau_operator.nodeaccess import NoAccess, client_for, target
@@ -50,9 +52,12 @@ def owner_of(body: dict[str, Any]) -> dict[str, str]:
     }
 
 
-def describe(owner: dict[str, Any] | None) -> str:
+def describe(owner: TopicOwner | dict[str, Any] | None) -> str:
+    """Who owns a topic, for a message (a reply's owner, or a ``ConflictError``'s)."""
     if not owner:
         return "nobody (a topic made outside the operator, or kept by an older version)"
+    if isinstance(owner, TopicOwner):
+        owner = owner.model_dump()
     kind, uid = owner.get("kind", TOPIC_KIND), owner.get("uid")
     return f"{kind} {owner.get('namespace')}/{owner.get('name')} (uid {uid})"
 
@@ -94,14 +99,14 @@ def reconcile(kube: Kube, body: dict[str, Any], cfg: OperatorSettings, attempt: 
         with client_for(target(kube, node, cfg.node_image, cfg.allow_endpoint_override)) as client:
             before = _current(client, topic.topic)  # to tell what the PUT changed
             try:
-                reply = client.put_topic(topic.topic, body=request) or {}
+                reply = client.put_topic(topic.topic, body=request)
             except ConflictError as exc:
                 if exc.reason != "OwnerConflict" or not _may_adopt(kube, body, exc.owner):
                     raise
-                reply = client.put_topic(topic.topic, body={**request, "adopt": True}) or {}
+                reply = client.put_topic(topic.topic, body={**request, "adopt": True})
             changed = before is None or config_of(before) != config_of(reply)
             # the usage before an unchanged PUT is the usage after it: no second call
-            info = (client.get_topic(topic.topic) if changed else before) or {}
+            info = client.get_topic(topic.topic) if changed or before is None else before
     except ConflictError as exc:
         if exc.reason == "OwnerConflict":
             hint = "" if exc.owner else f"; annotate {ADOPT_ANNOTATION}=true to take it over"
@@ -127,26 +132,24 @@ def reconcile(kube: Kube, body: dict[str, Any], cfg: OperatorSettings, attempt: 
         delay = backoff(attempt)
         message = f"node {topic.node!r} unreachable: {exc}; retrying in {delay:.0f} s"
         return failed(TopicReason.NODE_UNREACHABLE, message, delay)
-    claim = str(reply.get("claim", ""))
+    claim = reply.claim
     notes = []
     message = f"topic {topic.topic!r} on node {topic.node!r} holds its configuration"
-    if claim == "reclaimed":
-        old = (reply.get("previous_owner") or {}).get("uid")
+    if claim == Claim.RECLAIMED:
+        old = reply.previous_owner.uid if reply.previous_owner else None
         message = (
             f"took back its retained topic {topic.topic!r} (it belonged to uid {old}); {message}"
         )
         notes.append(("Reclaimed", message))
-    elif claim == "adopted":
-        message = (
-            f"adopted topic {topic.topic!r} from {describe(reply.get('previous_owner'))}; {message}"
-        )
+    elif claim == Claim.ADOPTED:
+        message = f"adopted topic {topic.topic!r} from {describe(reply.previous_owner)}; {message}"
         notes.append(("Adopted", message))
-    elif claim == "created":
+    elif claim == Claim.CREATED:
         notes.append(("Created", f"created topic {topic.topic!r} on node {topic.node!r}: "
                       f"{describe_config(reply)}"))  # fmt: skip
     if before is not None and changed:
         notes.extend(change_notes(topic.topic, topic.node, before, reply))
-    if claim not in ("reclaimed", "adopted", "created"):
+    if claim not in (Claim.RECLAIMED, Claim.ADOPTED, Claim.CREATED):
         # a later resync keeps the message of the transition (it says how the topic came
         # to be this resource's: taken back, adopted) instead of rewriting it every time
         was: dict[str, Any] = next((c for c in conditions or [] if c.get("type") == "Ready"), {})
@@ -155,25 +158,25 @@ def reconcile(kube: Kube, body: dict[str, Any], cfg: OperatorSettings, attempt: 
     synced = {
         "topicName": topic.topic,
         "owner": {k: owner[k] for k in ("namespace", "name", "uid")},
-        "usage": topic_usage(info),
+        "usage": topic_usage(info.usage),
     }
     return outcome(True, TopicReason.SYNCED, message, status=synced, notes=notes,
                    node_changed=changed)  # fmt: skip
 
 
-def _current(client: PlateauClient, name: str) -> dict[str, Any] | None:
+def _current(client: PlateauClient, name: str) -> TopicStatus | None:
     try:
-        return client.get_topic(name) or {}
+        return client.get_topic(name)
     except NotFoundError:
         return None
 
 
-CONFIG_KEYS = ("partitions", "retention", "segment")  # the node's TopicConfig
+CONFIG_KEYS = set(TopicConfig.model_fields)  # a reply's fields that are its configuration
 
 
-def config_of(reply: dict[str, Any]) -> dict[str, Any]:
+def config_of(reply: TopicConfig) -> dict[str, Any]:
     """A node topic's configuration out of a GET or PUT reply (which carry more)."""
-    return {k: reply.get(k) for k in CONFIG_KEYS}
+    return reply.model_dump(mode="json", include=CONFIG_KEYS)
 
 
 def _flat(config: dict[str, Any], prefix: str = "") -> dict[str, Any]:
@@ -194,7 +197,7 @@ def _shown(key: str, value: Any) -> str:
     return str(value)
 
 
-def describe_config(reply: dict[str, Any]) -> str:
+def describe_config(reply: TopicConfig) -> str:
     flat = _flat(config_of(reply))
     n = flat.get("partitions")
     return f"{n} partition{'' if n == 1 else 's'}, budget " + _shown(
@@ -203,7 +206,7 @@ def describe_config(reply: dict[str, Any]) -> str:
 
 
 def change_notes(
-    name: str, node: str, before: dict[str, Any], after: dict[str, Any]
+    name: str, node: str, before: TopicConfig, after: TopicConfig
 ) -> list[tuple[str, str]]:
     """Events for what a PUT changed: ``BudgetChanged`` (old → new), ``Configured`` (the rest)."""
     old, new = _flat(config_of(before)), _flat(config_of(after))

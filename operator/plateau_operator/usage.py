@@ -155,7 +155,7 @@ class UsagePoller:
                 cfg = self._cfg
                 reach = target(self._kube(), body, cfg.node_image, cfg.allow_endpoint_override)
             with client_for(reach) as client:
-                info = client.node_info(topics=True) or {}
+                info = client.node_info(topics=True)
         except (PlateauClientError, NoAccess, InvalidSpec, ApiException) as exc:
             log.debug("usage poll of %s %s/%s: %s", *key, exc)
             with self._lock:
@@ -165,9 +165,9 @@ class UsagePoller:
             if key in self._seen:
                 self._targets[key] = reach
         writes: list[tuple[Key, dict[str, Any]]] = [(key, node_usage(info))]
-        usage = info.get("topic_usage") or {}
+        usage = info.topic_usage or {}
         writes += [
-            (k, {"usage": topic_usage({"usage": usage[name]})})
+            (k, {"usage": topic_usage(usage[name])})
             for k, name in sorted(topics.items())
             if name in usage
         ]

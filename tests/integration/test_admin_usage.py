@@ -37,6 +37,6 @@ def test_node_usage_with_topics_gives_each_topics_usage_as_get_topic_does(
         assert denied.status_code == 401
 
     with PlateauClient(node.url, token=node.token) as client:
-        info = client.node_info(topics=True) or {}
-        assert info["topic_usage"]["a"]["records"] == 3
-        assert "topic_usage" not in (client.node_info() or {})
+        info = client.node_info(topics=True)
+        assert info.topic_usage is not None and info.topic_usage["a"].records == 3
+        assert client.node_info().topic_usage is None

@@ -177,15 +177,13 @@ def test_admin_round_trip(shared: NodeProcess) -> None:
             segment_max_rows=5000,
             segment_max_age_seconds=2.5,
         )
-        assert created is not None and created["partitions"] == 2
+        assert created.partitions == 2
         client.put_topic("adm", max_age_seconds=None)  # only this changes
         got = client.get_topic("adm")
-        assert got is not None
-        assert got["partitions"] == 2
-        assert got["retention"] == {"max_bytes": 64 * 2**20, "max_age_seconds": None}
-        assert got["segment"]["format"] == "arrow" and got["segment"]["max_rows"] == 5000
-        info = client.node_info()
-        assert info is not None and info["allocated_bytes"] >= 64 * 2**20
+        assert got.partitions == 2
+        assert got.retention.max_bytes == 64 * 2**20 and got.retention.max_age_seconds is None
+        assert got.segment.format == "arrow" and got.segment.max_rows == 5000
+        assert client.node_info().allocated_bytes >= 64 * 2**20
         with pytest.raises(ConflictError):
             client.put_topic("adm", max_bytes=2**62)
         with pytest.raises(BadRequestError):

@@ -16,6 +16,7 @@ import httpx
 import pyarrow as pa
 import pytest
 
+from plateau.protocol.replies import TopicStatus
 from plateau_operator.serial import Key, ObjectLocks
 from plateau_operator.settings import OperatorSettings
 from plateau_operator.status import topic_usage
@@ -206,5 +207,5 @@ def test_polls_reconciles_and_watch_events_together_never_overlap_or_stall(
     rec.patches.clear()
     assert poll_all(poller) == 0
     with httpx.Client(base_url=node.url, headers=node.headers()) as c:
-        want = topic_usage(c.get("/admin/topics/t1").json())
+        want = topic_usage(TopicStatus.model_validate_json(c.get("/admin/topics/t1").content).usage)
     assert poller._seen[TOPICS[1]].status["usage"] == want

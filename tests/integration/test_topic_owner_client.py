@@ -16,11 +16,14 @@ from typer.testing import CliRunner
 
 from plateau.cli import app
 from plateau.client import AsyncPlateauClient, ConflictError, PlateauClient
+from plateau.protocol.replies import Claim
+from plateau.protocol.topic_config import TopicOwner
 from testkit.nodeproc import NodeProcess
 
 TOKEN = "client-token"
 A = {"kind": "PlateauTopic", "namespace": "team-a", "name": "events", "uid": "uid-a"}
 B = {"kind": "PlateauTopic", "namespace": "team-b", "name": "events", "uid": "uid-b"}
+OWNER_A, OWNER_B = TopicOwner.model_validate(A), TopicOwner.model_validate(B)
 
 
 @pytest.fixture(scope="module")
@@ -34,12 +37,12 @@ def shared(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
 def test_sync_client_conflicts_carry_reason_and_owner(shared: NodeProcess) -> None:
     with PlateauClient(shared.url, token=TOKEN) as c:
         created = c.put_topic("sync-t", owner=A, max_bytes=10**9)
-        assert created is not None and created["claim"] == "created" and created["owner"] == A
+        assert created.claim == Claim.CREATED and created.owner == OWNER_A
 
         with pytest.raises(ConflictError) as refused:
             c.put_topic("sync-t", owner=B, max_bytes=2 * 10**9)
         assert refused.value.reason == "OwnerConflict" and refused.value.owner == A
-        assert (c.get_topic("sync-t") or {})["retention"]["max_bytes"] == 10**9
+        assert c.get_topic("sync-t").retention.max_bytes == 10**9
 
         with pytest.raises(ConflictError) as refused:
             c.put_topic("sync-t", max_bytes=10**15)
@@ -51,7 +54,7 @@ def test_sync_client_conflicts_carry_reason_and_owner(shared: NodeProcess) -> No
 
         # body= passes owner and adopt through as the operator sends them
         reply = c.put_topic("sync-t", body={"owner": B, "adopt": True})
-        assert reply is not None and reply["claim"] == "adopted" and reply["previous_owner"] == A
+        assert reply.claim == Claim.ADOPTED and reply.previous_owner == OWNER_A
 
         with pytest.raises(ConflictError) as refused:
             c.delete_topic("sync-t", owner_uid="uid-a")
@@ -69,7 +72,7 @@ def test_async_client_is_in_step(shared: NodeProcess) -> None:
                 await c.put_topic("async-t", owner=B)
             assert refused.value.reason == "OwnerConflict" and refused.value.owner == A
             reply = await c.put_topic("async-t", owner=B, adopt=True)
-            assert reply is not None and reply["claim"] == "adopted"
+            assert reply.claim == Claim.ADOPTED and reply.owner == OWNER_B
             with pytest.raises(ConflictError) as refused:
                 await c.delete_topic("async-t", owner_uid="uid-a")
             assert refused.value.owner == B

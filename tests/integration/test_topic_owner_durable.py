@@ -9,11 +9,14 @@ from pathlib import Path
 import pyarrow as pa
 
 from plateau.client import PlateauClient
+from plateau.protocol.replies import Claim
+from plateau.protocol.topic_config import TopicOwner
 from testkit.nodeproc import NodeProcess
 
 TOKEN = "durable-token"
 A = {"kind": "PlateauTopic", "namespace": "team-a", "name": "events", "uid": "uid-a"}
 B = {"kind": "PlateauTopic", "namespace": "team-b", "name": "events", "uid": "uid-b"}
+OWNER_A = TopicOwner.model_validate(A)
 
 # The topics table as nodes wrote it before owners were recorded (manifest.py's SCHEMA then).
 OLD_TOPICS_TABLE = """
@@ -37,16 +40,16 @@ def test_owners_survive_a_restart_and_a_crash(tmp_path: Path) -> None:
             c.put_topic("free", max_bytes=10**6)
         proc.restart()
         with client(proc) as c:
-            assert (c.get_topic("owned") or {})["owner"] == A
-            assert (c.get_topic("free") or {})["owner"] is None
+            assert c.get_topic("owned").owner == OWNER_A
+            assert c.get_topic("free").owner is None
             reply = c.put_topic("owned", owner={**A, "uid": "uid-a2"})  # re-created resource
-            assert reply is not None and reply["claim"] == "reclaimed"
+            assert reply.claim == Claim.RECLAIMED
         proc.kill()  # no shutdown: what was acknowledged must be in the manifest
         proc.start()
         with client(proc) as c:
-            assert (c.get_topic("owned") or {})["owner"] == {**A, "uid": "uid-a2"}
+            assert c.get_topic("owned").owner == OWNER_A.model_copy(update={"uid": "uid-a2"})
             reply = c.put_topic("owned", owner=B, adopt=True)
-            assert reply is not None and reply["previous_owner"]["uid"] == "uid-a2"
+            assert reply.previous_owner is not None and reply.previous_owner.uid == "uid-a2"
     finally:
         proc.stop()
 
@@ -76,25 +79,25 @@ def test_manifest_from_before_owners_keeps_its_topics_ownerless(tmp_path: Path) 
         with client(proc) as c:
             c.put_topic("legacy", partitions=2, max_bytes=5 * 10**6, segment_format="arrow")
             c.append("legacy", "1", pa.table({"x": [1, 2, 3]}))
-            before = c.get_topic("legacy") or {}
+            before = c.get_topic("legacy")
         proc.stop()
         downgrade_manifest(data / "manifest.sqlite")
 
         proc.start()  # the node of this tree, on the old manifest
         with client(proc) as c:
-            got = c.get_topic("legacy") or {}
-            assert got["owner"] is None
+            got = c.get_topic("legacy")
+            assert got.owner is None
             for key in ("partitions", "retention", "segment"):
-                assert got[key] == before[key], key
-            spans = {p: (u["start"], u["end"]) for p, u in got["usage"]["partitions"].items()}
+                assert getattr(got, key) == getattr(before, key), key
+            spans = {p: (u.start, u.end) for p, u in got.usage.partitions.items()}
             assert spans == {"0": (0, 0), "1": (0, 3)}
             assert c.read("legacy", "1").table.column("x").to_pylist() == [1, 2, 3]
             reply = c.put_topic("legacy", owner=A, adopt=True)
-            assert reply is not None and reply["claim"] == "adopted"
+            assert reply.claim == Claim.ADOPTED
             c.append("legacy", "1", pa.table({"x": [4]}))
         proc.restart()  # the migrated manifest opens again, owner kept
         with client(proc) as c:
-            assert (c.get_topic("legacy") or {})["owner"] == A
+            assert c.get_topic("legacy").owner == OWNER_A
             assert c.read("legacy", "1").table.column("x").to_pylist() == [1, 2, 3, 4]
     finally:
         proc.stop()

@@ -10,6 +10,7 @@ import pytest
 import yaml
 
 from plateau.client.units import parse_duration
+from plateau.protocol.replies import Memory, NodeInfo
 from plateau.protocol.topic_config import TopicConfigRequest
 from plateau.settings import load_settings
 from plateau_operator import resources
@@ -175,8 +176,17 @@ def test_conditions_keep_their_transition_time_while_status_holds() -> None:
 
 
 def test_node_usage_for_printing() -> None:
+    memory = Memory(budget_bytes=0, source="machine", parts={})
     got = node_usage(
-        {"capacity_bytes": 10 * GiB, "allocated_bytes": 3 * GiB, "used_bytes": 0, "topics": 2}
+        NodeInfo(
+            capacity_bytes=10 * GiB,
+            reserve_bytes=0,
+            allocated_bytes=3 * GiB,
+            used_bytes=0,
+            free_disk_bytes=GiB,
+            topics=2,
+            memory=memory,
+        )
     )
     assert got["allocated"] == "3.0Gi" and got["topics"] == 2 and got["capacityBytes"] == 10 * GiB
 

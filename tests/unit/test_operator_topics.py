@@ -4,20 +4,24 @@ from __future__ import annotations
 
 from typing import Any
 
+from plateau.protocol.replies import Claim, TopicPutReply, TopicStatus, TopicUsage
+from plateau.protocol.topic_config import TopicConfig, TopicOwner
 from plateau_operator.status import merge_patch, status_patch
 from plateau_operator.topics import change_notes, config_of, describe_config
 
 GiB, MiB = 1 << 30, 1 << 20
 
 
-def reply(partitions: int = 1, budget: int = GiB, age: int | None = None,
-          **extra: Any) -> dict[str, Any]:  # fmt: skip
+def config(partitions: int = 1, budget: int = GiB, age: int | None = None) -> dict[str, Any]:
     return {
         "partitions": partitions,
         "retention": {"max_bytes": budget, "max_age_seconds": age},
         "segment": {"format": "parquet", "max_rows": 1000, "max_bytes": 64 * MiB},
-        **extra,
     }
+
+
+def reply(partitions: int = 1, budget: int = GiB, age: int | None = None) -> TopicConfig:
+    return TopicConfig.model_validate(config(partitions, budget, age))
 
 
 def test_a_budget_change_and_other_settings_are_told_apart_old_to_new() -> None:
@@ -31,8 +35,12 @@ def test_a_budget_change_and_other_settings_are_told_apart_old_to_new() -> None:
 
 
 def test_replies_compare_by_configuration_alone() -> None:
-    get = reply(usage={"bytes": 10}, owner={"uid": "a"})
-    put = reply(claim="owned", owner={"uid": "a"}, previous_owner=None)
+    owner = TopicOwner(kind="PlateauTopic", namespace="n", name="t", uid="a")
+    usage = TopicUsage(bytes=10, records=1, oldest_time_ms=None, newest_time_ms=None, partitions={})
+    get = TopicStatus.model_validate({**config(), "owner": owner, "usage": usage})
+    put = TopicPutReply.model_validate(
+        {**config(), "owner": owner, "claim": Claim.OWNED, "previous_owner": None}
+    )
     assert config_of(get) == config_of(put)
     assert describe_config(reply(4)) == "4 partitions, budget 1.0Gi"
     assert describe_config(reply(1)) == "1 partition, budget 1.0Gi"

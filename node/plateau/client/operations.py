@@ -19,6 +19,7 @@ from typing import Any, Generic, TypeVar, Unpack
 
 import httpx
 import pyarrow as pa
+from pydantic import BaseModel
 
 from plateau.client.errors import (
     BusyError,
@@ -40,6 +41,7 @@ from plateau.client.wire import (
     encode_table,
     focus_params,
     parse_partition_page,
+    parse_reply,
     parse_span,
     parse_topic_info,
     parse_topic_page,
@@ -62,10 +64,12 @@ from plateau.protocol import (
     TOPICS_PATH,
 )
 from plateau.protocol.focus import DataFocus
+from plateau.protocol.replies import NodeInfo, TopicPutReply, TopicStatus
 from plateau.protocol.values import RecordStatus, Span
 
 T = TypeVar("T")
 R = TypeVar("R")
+M = TypeVar("M", bound=BaseModel)
 
 
 @dataclass(frozen=True)
@@ -331,13 +335,26 @@ def admin(
     return reply if isinstance(reply, dict) else None
 
 
+def admin_as(
+    model: type[M],
+    state: ClientState,
+    method: str,
+    path: str,
+    body: Any = None,
+    params: Sequence[tuple[str, str]] = (),
+) -> Op[M]:
+    """An admin call whose reply is ``model`` (``plateau.protocol.replies``), parsed."""
+    reply = yield from admin(state, method, path, body, params)
+    return parse_reply(model, reply)
+
+
 def put_topic(
     state: ClientState,
     topic: str,
     *,
     body: Mapping[str, Any] | None = None,
     **settings: Unpack[TopicSettings],
-) -> Op[dict[str, Any] | None]:
+) -> Op[TopicPutReply]:
     """Create or update a topic; only the settings given change (idempotent).
 
     ``owner`` (kind, namespace, name, uid) claims the topic; another owner's
@@ -348,13 +365,13 @@ def put_topic(
     """
     request = {**(body or {}), **topic_request(settings)}
     path = ADMIN_TOPIC_PATH.format(topic=quote_name(topic))
-    return (yield from admin(state, "PUT", path, request))
+    return (yield from admin_as(TopicPutReply, state, "PUT", path, request))
 
 
-def get_topic(state: ClientState, topic: str) -> Op[dict[str, Any] | None]:
+def get_topic(state: ClientState, topic: str) -> Op[TopicStatus]:
     """A topic's configuration and usage."""
     path = ADMIN_TOPIC_PATH.format(topic=quote_name(topic))
-    return (yield from admin(state, "GET", path))
+    return (yield from admin_as(TopicStatus, state, "GET", path))
 
 
 def delete_topic(state: ClientState, topic: str, owner_uid: str | None = None) -> Op[None]:
@@ -365,8 +382,8 @@ def delete_topic(state: ClientState, topic: str, owner_uid: str | None = None) -
     yield from admin(state, "DELETE", path, params=params)
 
 
-def node_info(state: ClientState, topics: bool = False) -> Op[dict[str, Any] | None]:
+def node_info(state: ClientState, topics: bool = False) -> Op[NodeInfo]:
     """The node's capacity, allocated and used bytes; with ``topics``, every topic's usage
     too (``topic_usage``: name to the ``usage`` that ``get_topic`` gives), in one call."""
     params = [("topics", "true")] if topics else []
-    return (yield from admin(state, "GET", ADMIN_NODE_PATH, params=params))
+    return (yield from admin_as(NodeInfo, state, "GET", ADMIN_NODE_PATH, params=params))

@@ -12,10 +12,11 @@ import random
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, TypeVar
 
 import httpx
 import pyarrow as pa
+from pydantic import BaseModel, ValidationError
 
 from plateau.client.errors import PlateauClientError
 from plateau.protocol import (
@@ -264,6 +265,19 @@ def parse_topic_page(response: httpx.Response, cursor: Mapping[str, int]) -> Top
         status, nxt = header, None
     next_cursor = {str(k): int(v) for k, v in (nxt if nxt is not None else cursor).items()}
     return TopicPage(table, next_cursor, parse_status(status or RecordStatus.ALL))
+
+
+Reply = TypeVar("Reply", bound=BaseModel)
+
+
+def parse_reply(model: type[Reply], body: Any) -> Reply:
+    """A JSON reply as its ``plateau.protocol.replies`` model: callers read attributes, and
+    a reply of another shape fails here, saying which, not later at a missing key."""
+    try:
+        return model.model_validate(body)
+    except ValidationError as exc:
+        message = f"node sent a {model.__name__} of another shape: {exc}"
+        raise PlateauClientError(None, message) from exc
 
 
 def parse_topic_info(body: Mapping[str, Any]) -> TopicInfo:
