@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import httpx
 
@@ -27,8 +27,12 @@ def as_method(method: Callable[..., Any], operation: Callable[..., Any]) -> None
     method.__signature__ = inspect.Signature([self, *parameters])  # type: ignore[attr-defined]
 
 
-class ClientBase:
-    """Connection settings; ``self._state`` is what every operation takes first."""
+TransportT = TypeVar("TransportT", httpx.BaseTransport, httpx.AsyncBaseTransport)
+
+
+class ClientBase(Generic[TransportT]):
+    """Connection settings; ``self._state`` is what every operation takes first. Each client
+    opens its connection pool on its kind of transport (``_open``)."""
 
     def __init__(
         self,
@@ -36,6 +40,7 @@ class ClientBase:
         token: str | None = None,
         timeout: float = 30.0,
         retry: RetryPolicy | None = None,
+        transport: TransportT | None = None,
     ) -> None:
         if "://" not in url:
             url = f"http://{url}"
@@ -45,6 +50,10 @@ class ClientBase:
         if token:
             self._headers["authorization"] = f"Bearer {token}"
         self._state = ops.ClientState(retry=retry or RetryPolicy())
+        self._open(transport)
+
+    def _open(self, transport: TransportT | None) -> None:
+        raise NotImplementedError
 
     def _connection_failed(self, exc: httpx.HTTPError) -> PlateauClientError:
         """Say what went wrong in the user's terms, and whether the request went out."""

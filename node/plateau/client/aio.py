@@ -11,9 +11,8 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import httpx
 
 from plateau.client import operations as ops
-from plateau.client._base import DEFAULT_URL, ClientBase, as_method
+from plateau.client._base import ClientBase, as_method
 from plateau.client.errors import ConnectionFailed
-from plateau.client.wire import RetryPolicy
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -46,20 +45,12 @@ def _stream(
     return method
 
 
-class AsyncPlateauClient(ClientBase):
+class AsyncPlateauClient(ClientBase[httpx.AsyncBaseTransport]):
     """``PlateauClient`` for asyncio code; same semantics, methods are coroutines."""
 
-    def __init__(
-        self,
-        url: str = DEFAULT_URL,
-        token: str | None = None,
-        timeout: float = 30.0,
-        retry: RetryPolicy | None = None,
-        transport: httpx.AsyncBaseTransport | None = None,
-    ) -> None:
-        super().__init__(url, token, timeout, retry)
+    def _open(self, transport: httpx.AsyncBaseTransport | None) -> None:
         self._http = httpx.AsyncClient(
-            base_url=self.url, headers=self._headers, timeout=timeout, transport=transport
+            base_url=self.url, headers=self._headers, timeout=self.timeout, transport=transport
         )
 
     async def __aenter__(self) -> AsyncPlateauClient:

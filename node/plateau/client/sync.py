@@ -11,10 +11,9 @@ from typing import Any, Concatenate, ParamSpec, TypeVar
 import httpx
 
 from plateau.client import operations as ops
-from plateau.client._base import DEFAULT_URL, ClientBase, as_method
+from plateau.client._base import ClientBase, as_method
 from plateau.client.direct import DirectTransport, Origin
 from plateau.client.errors import ConnectionFailed
-from plateau.client.wire import RetryPolicy
 from plateau.protocol import JSON
 
 T = TypeVar("T")
@@ -48,7 +47,7 @@ def _stream(
     return method
 
 
-class PlateauClient(ClientBase):
+class PlateauClient(ClientBase[httpx.BaseTransport]):
     """A plateau node's HTTP API. One instance keeps one connection pool; close it (or use
     ``with``) when done.
 
@@ -58,17 +57,9 @@ class PlateauClient(ClientBase):
     Reads and admin GET/PUT are resent after a lost connection.
     """
 
-    def __init__(
-        self,
-        url: str = DEFAULT_URL,
-        token: str | None = None,
-        timeout: float = 30.0,
-        retry: RetryPolicy | None = None,
-        transport: httpx.BaseTransport | None = None,
-    ) -> None:
-        super().__init__(url, token, timeout, retry)
+    def _open(self, transport: httpx.BaseTransport | None) -> None:
         self._http = httpx.Client(
-            base_url=self.url, headers=self._headers, timeout=timeout, transport=transport
+            base_url=self.url, headers=self._headers, timeout=self.timeout, transport=transport
         )
         # on DirectTransport requests skip httpx.Client (see plateau.client.direct)
         self._direct = transport if isinstance(transport, DirectTransport) else None
