@@ -8,11 +8,14 @@ validate into its model and come back out as the very JSON the node sent.
 from __future__ import annotations
 
 import asyncio
+import json
 
 import httpx
 import pyarrow as pa
 from pydantic import BaseModel
+from typer.testing import CliRunner
 
+from plateau.cli import app
 from plateau.client import AsyncPlateauClient, PlateauClient
 from plateau.protocol.replies import Claim, NodeInfo, TopicPutReply, TopicStatus
 from plateau.protocol.topic_config import TopicOwner
@@ -67,3 +70,19 @@ def test_async_client_returns_the_same_models(node: NodeProcess) -> None:
     assert status.partitions == 1 and status.owner is None
     assert info.topic_usage is not None and info.topic_usage["both"] == status.usage
     assert reply.claim == Claim.UNOWNED and reply.retention.max_bytes == 2 << 20
+
+
+def test_cli_prints_the_replies_as_the_node_sent_them(node: NodeProcess) -> None:
+    env = {"PLATEAU_URL": node.url, "PLATEAU_TOKEN": node.token or ""}
+    with PlateauClient(node.url, token=node.token) as client:
+        client.put_topic("shown", partitions=1)
+    with httpx.Client(base_url=node.url, headers=node.headers()) as raw:
+        for args, path in ((["topic", "get", "shown"], "/admin/topics/shown"),
+                           (["node-info"], "/admin/node")):  # fmt: skip
+            shown = CliRunner().invoke(app, args, env=env)
+            assert shown.exit_code == 0, shown.stderr
+            sent = raw.get(path).json()
+            if path == "/admin/node":  # free disk and memory move between the two calls
+                assert set(json.loads(shown.stdout)) == set(sent)  # no topic_usage: null
+            else:
+                assert json.loads(shown.stdout) == sent

@@ -88,6 +88,6 @@ def connect(
 
 
 def print_json(value: Any) -> None:
-    if isinstance(value, BaseModel):  # an admin reply (plateau.protocol.replies)
-        value = value.model_dump(mode="json")
+    if isinstance(value, BaseModel):  # an admin reply: the keys the node sent, no more
+        value = value.model_dump(mode="json", exclude_unset=True)
     typer.echo(json.dumps(value, indent=2, sort_keys=True))
