@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from plateau.client.errors import AuthError, ConnectionFailed
+from plateau.protocol.replies import Memory, NodeInfo
 from plateau_operator import claims, nodes, resources
 from plateau_operator.nodes import Observed
 from plateau_operator.settings import OperatorSettings, RolloutMode
@@ -72,6 +73,20 @@ def observed(b: dict[str, Any] | None = None, **kw: Any) -> Observed:
     return Observed(b, spec, **{**args, **kw})
 
 
+def node_info(capacity: int) -> NodeInfo:
+    """A node's ``GET /admin/node`` reply, as the operator's client parses it."""
+    memory = Memory(budget_bytes=GiB, source="configured", parts={})
+    return NodeInfo(
+        capacity_bytes=capacity,
+        reserve_bytes=0,
+        allocated_bytes=0,
+        used_bytes=0,
+        free_disk_bytes=capacity,
+        topics=0,
+        memory=memory,
+    )
+
+
 def cond(plan: nodes.Plan, type_: str) -> tuple[str, str]:
     c = next(c for c in plan.outcome.status["conditions"] if c["type"] == type_)
     return c["status"], c["reason"]
@@ -103,7 +118,7 @@ def test_network_policy_adds_the_nodes_listed_namespaces_to_the_operators() -> N
 
 
 def test_a_ready_node_waits_for_its_turn_before_its_pod_is_replaced() -> None:
-    obs = observed(sts=running_sts("old-template"), info={"capacity_bytes": 20 * GiB})
+    obs = observed(sts=running_sts("old-template"), info=node_info(20 * GiB))
     waiting = nodes.decide(obs, CFG, slot=False)
     assert "StatefulSet" not in [c["kind"] for c in waiting.children]
     assert cond(waiting, "Progressing") == ("True", "WaitingForRollout")
@@ -121,10 +136,10 @@ def test_a_node_that_is_down_needs_no_turn() -> None:
 
 
 def test_an_unchanged_template_is_stable_and_needs_no_turn() -> None:
-    obs = observed(sts=running_sts("x", image="img:2"), info={})
+    obs = observed(sts=running_sts("x", image="img:2"), info=node_info(10 * GiB))
     sts = nodes.desired_children(obs, CFG)[-1]
     settled_sts = running_sts(nodes.template_hash(sts), image="img:2")
-    obs = observed(sts=settled_sts, info={})
+    obs = observed(sts=settled_sts, info=node_info(10 * GiB))
     assert not nodes.needs_slot(obs, nodes.desired_children(obs, CFG)[-1])
     plan = nodes.decide(obs, CFG, slot=False)
     assert cond(plan, "Progressing") == ("False", "Stable") and cond(plan, "Ready") == (
