@@ -197,3 +197,24 @@ def test_error_details() -> None:
     assert err.message == "<html> bad gateway </html>"
     err = error_from_response(httpx.Response(422, json={"detail": [{"msg": "x"}]}))
     assert err.status == 422 and "msg" in err.message
+
+
+def test_a_reply_field_this_client_does_not_know_is_ignored() -> None:
+    """A newer node may add reply fields (also inside the topic config, whose request
+    model forbids unknown keys); an older client or operator must still parse the reply."""
+    from plateau.client.errors import PlateauClientError
+    from plateau.client.wire import parse_reply
+    from plateau.protocol.replies import TopicStatus
+    from plateau.protocol.topic_config import TopicConfig
+
+    body = TopicConfig().model_dump(mode="json")
+    body["owner"] = None
+    body["usage"] = {"bytes": 5, "records": 1, "partitions": {}, "oldest_time_ms": None}
+    body["usage"] |= {"newest_time_ms": None, "since": "a newer node"}
+    body["segment"]["layout"] = "a newer node's segment field"
+    body["tier"] = "a newer node's topic field"
+    reply = parse_reply(TopicStatus, body)
+    assert reply.usage.bytes == 5 and reply.segment == TopicConfig().segment
+    del body["usage"]
+    with pytest.raises(PlateauClientError, match="TopicStatus of another shape"):
+        parse_reply(TopicStatus, body)

@@ -272,9 +272,12 @@ Reply = TypeVar("Reply", bound=BaseModel)
 
 def parse_reply(model: type[Reply], body: Any) -> Reply:
     """A JSON reply as its ``plateau.protocol.replies`` model: callers read attributes, and
-    a reply of another shape fails here, saying which, not later at a missing key."""
+    a reply of another shape fails here, saying which, not later at a missing key.
+
+    Fields this client does not know are ignored (the request models forbid them): a
+    newer node may add a reply field without breaking an older client or operator."""
     try:
-        return model.model_validate(body)
+        return model.model_validate(body, extra="ignore")
     except ValidationError as exc:
         message = f"node sent a {model.__name__} of another shape: {exc}"
         raise PlateauClientError(None, message) from exc
