@@ -48,6 +48,7 @@ from plateau_operator.resync import ResyncBook
 from plateau_operator.rollout import RolloutGate
 from plateau_operator.serial import Key, ObjectLocks
 from plateau_operator.settings import settings
+from plateau_operator.spec import topic_node_key
 from plateau_operator.status import Outcome, ready_of, status_patch
 from plateau_operator.usage import UsagePoller
 
@@ -170,14 +171,10 @@ def reconcile_topic(body: dict[str, Any]) -> Outcome:
     meta = body["metadata"]
     attempt = book.attempt((TOPIC_KIND, meta["namespace"], meta["name"]))
     outcome = topics.reconcile(kube(), body, cfg, attempt)
-    if outcome.node_changed:  # its node's allocated bytes and topic count: shown at once
-        book.nudge(_node_of(body))
+    node = topic_node_key(body)
+    if outcome.node_changed and node:  # its node's allocated bytes and topic count: at once
+        book.nudge(node)
     return outcome
-
-
-def _node_of(topic: dict[str, Any]) -> Key:
-    node = ((topic.get("spec") or {}).get("nodeRef") or {}).get("name")
-    return (NODE_KIND, topic["metadata"]["namespace"], str(node))
 
 
 def reconcile_node(body: dict[str, Any]) -> Outcome:
@@ -218,8 +215,9 @@ def topic_deleted(name: str, namespace: str | None, body: kopf.Body, **_: Any) -
     if not done:
         # kopf retries it; logged at info (RoutineRetries), the deletion wait bounds it
         raise kopf.TemporaryError("the node did not answer; trying again", delay=10)
-    if note and note[0] == "Deleted":
-        book.nudge(_node_of(plain))
+    node = topic_node_key(plain)
+    if note and note[0] == "Deleted" and node:
+        book.nudge(node)
     book.forget(key)
     poller.forget(key)
     telemetry.forget(TOPIC_KIND, namespace, name)

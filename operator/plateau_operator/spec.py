@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from plateau.client.units import parse_duration, parse_quantity
+from plateau_operator.crd import NODE_KIND
+from plateau_operator.serial import Key
 
 DEFAULT_IMAGE = "localhost/plateau:dev"
 DATA_DIR = "/data"
@@ -159,3 +161,11 @@ class NodeSpec:
         if segment:
             storage["topic_defaults"] = {"segment": segment}
         return {"storage": storage, "server": {"bind": f"0.0.0.0:{PORT}"}}
+
+
+def topic_node_key(topic: dict[str, Any]) -> Key | None:
+    """The key of the PlateauNode a PlateauTopic body names (None without a ``nodeRef``):
+    read leniently, since it also serves bodies that failed validation."""
+    meta, spec = topic.get("metadata") or {}, topic.get("spec") or {}
+    node = (spec.get("nodeRef") or {}).get("name")
+    return (NODE_KIND, str(meta.get("namespace")), str(node)) if node else None

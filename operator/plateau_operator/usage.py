@@ -42,7 +42,7 @@ from plateau_operator.kube import Kube
 from plateau_operator.nodeaccess import NoAccess, Target, client_for, paused, target
 from plateau_operator.serial import Key, ObjectLocks
 from plateau_operator.settings import OperatorSettings
-from plateau_operator.spec import InvalidSpec
+from plateau_operator.spec import InvalidSpec, topic_node_key
 from plateau_operator.status import node_usage, ready_of, status_patch, topic_usage
 
 log = logging.getLogger("plateau_operator.usage")
@@ -68,9 +68,7 @@ class _Seen:
 
     def node_key(self) -> Key | None:
         """A topic's PlateauNode."""
-        meta, spec = self.body.get("metadata") or {}, self.body.get("spec") or {}
-        node = (spec.get("nodeRef") or {}).get("name")
-        return (NODE_KIND, str(meta.get("namespace")), str(node)) if node else None
+        return topic_node_key(self.body)
 
     def topic_name(self) -> str:
         meta, spec = self.body.get("metadata") or {}, self.body.get("spec") or {}
