@@ -10,6 +10,7 @@ import yaml
 
 from plateau.cli.common import fail
 from plateau.spark.kube.conf import MOUNT_PATH
+from plateau.spark.kube.job import SERVICE_ACCOUNT
 
 
 def spark_conf(
@@ -48,7 +49,7 @@ def spark_conf(
             help="The driver pod's ServiceAccount (the chart's spark.jobNamespaces "
             "creates plateau-spark)."
         ),
-    ] = "plateau-spark",
+    ] = SERVICE_ACCOUNT,
     sizing: Annotated[
         bool,
         typer.Option(
