@@ -59,7 +59,10 @@ def test_a_version_1_document_written_by_the_old_node_decodes() -> None:
 def test_encode_writes_the_same_document_and_decode_reads_it_back() -> None:
     snapshot = decode(VERSION_1)
     data = encode(snapshot)
-    assert json.loads(data) == json.loads(VERSION_1)  # same keys and values: old readers read it
+    written = json.loads(data)
+    for topic in written["topics"].values():  # added since, at its default: old readers skip it
+        assert topic["config"].pop("archive") == {"enabled": False, "required": None}
+    assert written == json.loads(VERSION_1)  # same keys and values: old readers read it
     assert decode(data) == snapshot
 
 

@@ -29,6 +29,9 @@ SPAN_END_HEADER = "x-span-end"
 """One past the last record index a partition read returned: the next ``start``."""
 MAX_REQUEST_SIZE_HEADER = "x-max-request-size"
 """On a 413: the largest append body the node takes, in bytes."""
+ARCHIVED_RECORDS_HEADER = "x-archived-records"
+"""On a read reply: how many of its records were read from the object-storage archive
+(absent when none were)."""
 RETRY_AFTER_HEADER = "retry-after"
 """On a 429: whole seconds to wait before retrying."""
 
@@ -64,6 +67,7 @@ __all__ = [
     "ADMIN_PREFIX",
     "ADMIN_TOPIC_PATH",
     "APPEND_PATH",
+    "ARCHIVED_RECORDS_HEADER",
     "ARROW_FILE",
     "ARROW_STREAM",
     "DEFAULT_PAGE_SIZE",

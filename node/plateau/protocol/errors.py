@@ -95,6 +95,16 @@ class Busy(PlateauError):
         self.retry_after = retry_after
 
 
+class ArchiveBehind(Busy):
+    """An archive-required topic is at its budget and its oldest segments are not archived
+    yet: the append is refused (nothing is deleted unarchived) until uploads catch up."""
+
+    reason = "ArchiveBehind"
+
+    def details(self) -> dict[str, object]:
+        return {"reason": self.reason}
+
+
 class Unavailable(PlateauError):
     """The node cannot take writes right now (shutting down, disk below its free-space floor)."""
 

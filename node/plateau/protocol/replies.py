@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
+from plateau.protocol.archive import ArchiveState
 from plateau.protocol.topic_config import TopicConfig, TopicOwner
 from plateau.protocol.values import RecordStatus, Span
 
@@ -75,6 +76,45 @@ class TopicRecords(BaseModel):
     next: dict[str, int] = Field(description="Cursor to send as the body of the next call.")
 
 
+class PartitionArchive(BaseModel):
+    """A partition's archive: what is uploaded and how far behind the local disk it is."""
+
+    start: int | None = Field(
+        default=None, description="First archived index (inclusive); null: nothing archived."
+    )
+    end: int | None = Field(
+        default=None, description="End of the archived span (exclusive); null: nothing archived."
+    )
+    lag_segments: int = Field(default=0, description="Sealed segments not archived yet.")
+    lag_bytes: int = Field(default=0, description="Bytes of sealed segments not archived yet.")
+    lag_seconds: float = Field(
+        default=0.0, description="Age of the oldest sealed segment not archived yet (0: none)."
+    )
+
+
+class TopicArchive(BaseModel):
+    """A topic's archive as a whole; the operator's ``Archived`` condition is built from it."""
+
+    state: ArchiveState = Field(
+        description="Current, Behind, Unauthorized, BucketNotFound, "
+        "Unreachable or Disabled (see plateau.protocol.archive.ArchiveState)."
+    )
+    message: str = Field(default="", description="Why, for a human (the last error, if any).")
+    required: bool = Field(
+        default=True, description="Segments stay on disk until archived (appends shed)."
+    )
+    url: str | None = Field(default=None, description="s3://bucket/prefix/topic")
+    lag_segments: int = 0
+    lag_bytes: int = 0
+    lag_seconds: float = 0.0
+    uploaded_segments: int = Field(default=0, description="Segments archived, in all.")
+    deleted_unarchived: int = Field(
+        default=0,
+        description="Segments retention deleted before they were archived "
+        "(only without required), since the node started.",
+    )
+
+
 class PartitionUsage(BaseModel):
     """One partition's readable span and what it keeps."""
 
@@ -87,6 +127,9 @@ class PartitionUsage(BaseModel):
         description="Earliest record time kept (epoch ms; from segment bounds, may be earlier)."
     )
     newest_time_ms: int | None = Field(description="Latest record time kept (epoch ms).")
+    archive: PartitionArchive | None = Field(
+        default=None, description="The partition's archive; null when the topic is not archived."
+    )
 
     @property
     def span(self) -> Span:
@@ -102,6 +145,9 @@ class TopicUsage(BaseModel):
     oldest_time_ms: int | None
     newest_time_ms: int | None
     partitions: dict[str, PartitionUsage]
+    archive: TopicArchive | None = Field(
+        default=None, description="The topic's archive; null when the topic is not archived."
+    )
 
 
 class Claim(StrEnum):

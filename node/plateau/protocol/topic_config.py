@@ -66,6 +66,33 @@ class SegmentConfig(BaseModel):
     )
 
 
+class ArchiveConfig(BaseModel):
+    """Whether the topic's sealed segments are archived to the node's object storage.
+
+    ``required`` (default: the same as ``enabled``) makes the archive part of
+    durability: a segment leaves the local disk only once it is archived, and
+    when the archive falls behind with the budget full, appends are refused
+    (429, reason ``ArchiveBehind``) rather than data deleted unarchived.
+    Without it retention goes on and counts the segments it deleted unarchived.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool = Field(
+        default=False,
+        description="Upload every sealed segment to the node's archive (archive.url).",
+    )
+    required: bool | None = Field(
+        default=None,
+        description="Keep a segment on disk until it is archived, shedding appends "
+        "(429 ArchiveBehind) when the budget is full; unset: true when enabled.",
+    )
+
+    def is_required(self) -> bool:
+        """Whether retention waits for the archive: ``required`` if set, else ``enabled``."""
+        return self.enabled and (self.required if self.required is not None else True)
+
+
 class TopicConfig(BaseModel):
     """The full, resolved configuration of a topic."""
 
@@ -79,6 +106,7 @@ class TopicConfig(BaseModel):
     )
     retention: RetentionConfig = Field(default_factory=RetentionConfig)
     segment: SegmentConfig = Field(default_factory=SegmentConfig)
+    archive: ArchiveConfig = Field(default_factory=ArchiveConfig)
 
 
 OWNER_FIELD_MAX = 256  # above Kubernetes' own limits (names 253, UIDs 36)
@@ -121,6 +149,13 @@ class SegmentPatch(BaseModel):
     max_age_seconds: float | None = Field(default=None, gt=0)
 
 
+class ArchivePatch(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    enabled: bool | None = None
+    required: bool | None = None
+
+
 class TopicConfigRequest(BaseModel):
     """Body of ``PUT /admin/topics/{t}``: every field optional, merged like a JSON merge patch.
 
@@ -142,6 +177,7 @@ class TopicConfigRequest(BaseModel):
     partitions: int | None = Field(default=None, ge=1, le=4096)
     retention: RetentionPatch | None = None
     segment: SegmentPatch | None = None
+    archive: ArchivePatch | None = None
     owner: TopicOwner | None = Field(
         default=None,
         description="The resource claiming the topic. Left out (or null): an admin's request, "
@@ -160,7 +196,7 @@ class TopicConfigRequest(BaseModel):
         given = self.model_dump(exclude_unset=True)
         if self.partitions is not None:
             data["partitions"] = self.partitions
-        for section in ("retention", "segment"):
+        for section in ("retention", "segment", "archive"):
             if section not in given:
                 continue
             if given[section] is None:

@@ -38,6 +38,57 @@ class DurabilitySettings(BaseModel):
     )
 
 
+class ArchiveSettings(BaseModel):
+    """Where and how the node archives sealed segments (``plateau.protocol.archive``).
+
+    Credentials: the standard AWS variables (``AWS_ACCESS_KEY_ID``,
+    ``AWS_SECRET_ACCESS_KEY``, ``AWS_SESSION_TOKEN``) or, with
+    ``credentials_file``, an AWS shared-credentials file (its ``[default]``
+    profile, or ``profile``); without either, the S3 client's own chain
+    (instance or pod identity). Topics opt in with ``archive.enabled``.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str | None = Field(
+        default=None,
+        description="s3://bucket/prefix where archived topics' segments go; unset: no archive "
+        "(a topic with archive.enabled is refused).",
+    )
+    endpoint: str | None = Field(
+        default=None,
+        description="S3 endpoint, e.g. http://seaweedfs:8333 or https://s3.eu-west-1."
+        "amazonaws.com; unset: AWS for the region. http:// or https:// picks the scheme.",
+    )
+    region: str = Field(default="us-east-1", description="The bucket's region.")
+    path_style: bool = Field(
+        default=True,
+        description="Path-style requests (endpoint/bucket/key), which S3-compatible servers "
+        "(SeaweedFS, MinIO, Ceph) need; false: virtual-hosted style (bucket.endpoint/key).",
+    )
+    credentials_file: Path | None = Field(
+        default=None,
+        description="An AWS shared-credentials file (ini) to read keys from instead of the "
+        "environment; re-read when uploads are refused, so a rotated Secret takes effect.",
+    )
+    profile: str = Field(default="default", description="The profile in credentials_file.")
+    upload_concurrency: int = Field(
+        default=4, ge=1, le=64, description="Segments uploaded at once (oldest first)."
+    )
+    retry_max_seconds: float = Field(
+        default=30.0,
+        gt=0,
+        description="Longest wait between attempts after a failed upload (backoff doubles "
+        "from 1 s up to this).",
+    )
+    read_cache_bytes: int = Field(
+        default=64 * MiB,
+        ge=0,
+        description="Memory for archived row groups read back for reads below the local disk, "
+        "so consecutive pages of one archived segment fetch it once.",
+    )
+
+
 class StorageSettings(BaseModel):
     """The ``storage`` section: what the engine needs, and nothing of the server's.
 
@@ -135,3 +186,4 @@ class StorageSettings(BaseModel):
     )
     topic_defaults: TopicConfig = Field(default_factory=TopicConfig)
     durability: DurabilitySettings = Field(default_factory=DurabilitySettings)
+    archive: ArchiveSettings = Field(default_factory=ArchiveSettings)
