@@ -24,13 +24,14 @@ from typing import IO, TypeVar
 
 import pyarrow as pa
 
-from plateau.protocol.errors import InsufficientStorage, NotFound, Unavailable
+from plateau.protocol.errors import ArchiveBehind, InsufficientStorage, NotFound, Unavailable
 from plateau.protocol.focus import DataFocus
 from plateau.protocol.names import check_name
-from plateau.protocol.replies import Memory, NodeInfo, PartitionUsage, TopicUsage
+from plateau.protocol.replies import Memory, NodeInfo, PartitionUsage, TopicArchive, TopicUsage
 from plateau.protocol.topic_config import TopicConfig, TopicConfigRequest, TopicOwner
 from plateau.protocol.values import Order, RecordStatus, Span
 from plateau.storage import record_reads, retention
+from plateau.storage.archive import Archive, ArchiveStatus, Uploader
 from plateau.storage.catalog.manifest import Manifest, SegmentRow
 from plateau.storage.catalog.memory import MemoryBudget, default_budget
 from plateau.storage.catalog.progress import Progress
@@ -107,6 +108,10 @@ class Engine:
         self._relaxed = settings.durability.mode == "relaxed"
         self._closed = threading.Event()
         self._manifest, recovered = self._open_and_recover()
+        # the archive (None without storage.archive.url): reads GET objects through .fs
+        self.archive: Archive | None = Archive(settings.archive) if settings.archive.url else None
+        self.archive_status = ArchiveStatus(self._manifest, settings.archive.url)
+        self._uploader: Uploader | None = None
         self._ctx = PartitionContext(
             self.data_dir,
             self._manifest,
@@ -122,11 +127,23 @@ class Engine:
             self._partition,
             self.capacity,
             self.data_dir,
+            settings.archive.url,
         )
         self._catalog.load(recovered)
         for topic in self._catalog.current():
             self._enforce(topic, publish=False)
         self._publish_snapshot()
+        if self.archive is not None:
+            self._uploader = Uploader(
+                self.archive,
+                self._manifest,
+                self.archive_status,
+                self._archived_topics,
+                self.data_dir,
+                settings.archive,
+                self._on_archived,
+            )
+            self._uploader.start()
         self._timer = threading.Thread(target=self._tick_loop, name="retention", daemon=True)
         self._timer.start()
 
@@ -160,6 +177,8 @@ class Engine:
         if self._closed.is_set():
             return
         self._closed.set()
+        if self._uploader is not None:
+            self._uploader.close()  # an upload in flight is finished or redone next start
         self._timer.join(timeout=10)
         for p in self._catalog.all_partitions():
             try:
@@ -200,6 +219,8 @@ class Engine:
         with self.progress.track(f"put topic {topic}"):
             t, result = self._catalog.put(topic, request)
             self._enforce(t, publish=True)  # a lowered budget takes effect at once
+        if self._uploader is not None and t.config.archive.enabled:
+            self._uploader.nudge()  # archive just turned on: upload what is sealed
         return result
 
     def delete_topic(self, topic: str, owner_uid: str | None = None) -> None:
@@ -207,6 +228,7 @@ class Engine:
         with ``owner_uid``, 409 (nothing deleted) unless that owner holds the topic."""
         with self.progress.track(f"delete topic {topic}"):
             parts, trash = self._catalog.delete(topic, owner_uid)
+            self.archive_status.forget(topic)
             for p in parts:
                 for row in p.view().sealed:
                     self._cache.evict(row.id)
@@ -243,12 +265,20 @@ class Engine:
         kept = partitions.values()
         lows = [p.oldest_time_ms for p in kept if p.oldest_time_ms is not None]
         highs = [p.newest_time_ms for p in kept if p.newest_time_ms is not None]
+        archive: TopicArchive | None = None
+        if t.config.archive.enabled:
+            archive, per = self.archive_status.report(
+                topic, t.config, list(t.by_name().values()), self._manifest.archived_spans(topic)
+            )
+            for name, usage in partitions.items():
+                usage.archive = per.get(name)
         return TopicUsage(
             bytes=sum(p.bytes for p in kept),
             records=sum(p.records for p in kept),
             oldest_time_ms=min(lows, default=None),
             newest_time_ms=max(highs, default=None),
             partitions=partitions,
+            archive=archive,
         )
 
     def node_usage(self, with_topics: bool = False) -> NodeInfo:
@@ -287,6 +317,8 @@ class Engine:
             raise Unavailable("the node is shutting down")
         with self.progress.track(f"append {topic}/{partition}"):
             t = self._topic_for_append(topic)
+            if t.archive_held is not None:
+                self._check_archive_behind(t)
             table = prepare(table, t.config.segment.format)
             self._check_free_space()
             p = self._catalog.partition(t, partition)
@@ -336,6 +368,28 @@ class Engine:
                     excess -= handed
         finally:
             self._relieving.release()
+
+    def _check_archive_behind(self, t: Topic) -> None:
+        """429 ``ArchiveBehind`` once an archive-required topic whose retention waits for the
+        archive holds its whole budget (sealed and open): nothing is deleted unarchived."""
+        held = t.archive_held
+        if held is None or not t.config.archive.is_required():
+            return
+        budget = t.config.retention.max_bytes
+        used = 0
+        for p in t.all():
+            view = p.view()
+            used += sum(r.bytes for r in view.sealed) + sum(s.nbytes for s, _ in view.pending)
+        if used < budget:
+            return
+        state = self.archive_status.state(t.name)
+        why = state.message or "uploads are slower than seals"
+        raise ArchiveBehind(
+            f"topic {t.name!r} is at its budget of {budget} bytes and retention may not delete "
+            f"what is not archived: the archive is {held[0]} segments / {held[1]} bytes behind "
+            f"({state.state}: {why}); retry when uploads catch up",
+            retry_after=5.0,
+        )
 
     def _check_free_space(self) -> None:
         free = shutil.disk_usage(self.data_dir).free
@@ -428,6 +482,23 @@ class Engine:
         t = self._catalog.find(topic)
         if t is not None:
             self._enforce(t, publish=True)
+            if self._uploader is not None and t.config.archive.enabled:
+                self._uploader.nudge()
+
+    def _archived_topics(self) -> list[tuple[str, TopicConfig, list[Partition]]]:
+        """The uploader's work: every archive-enabled topic with its partitions."""
+        out = []
+        for t in self._catalog.current():
+            config = t.config
+            if config.archive.enabled and not t.deleted:
+                out.append((t.name, config, t.all()))
+        return out
+
+    def _on_archived(self, topic: str) -> None:
+        """A manifest object now lists more: retention may delete what it held."""
+        t = self._catalog.find(topic)
+        if t is not None and not self._closed.is_set():
+            self._enforce(t, publish=True)
 
     def _enforce(self, t: Topic, publish: bool) -> int:
         """Retention for one topic; with ``publish`` the snapshot is always republished."""
@@ -435,9 +506,13 @@ class Engine:
             if t.deleted:
                 return 0
             parts = t.all()
-            doomed = retention.enforce(
-                t.name, parts, t.config.retention, self._manifest, self._cache, self.data_dir
+            archived = self.archive_status.is_archived if self.archive is not None else None
+            doomed, plan = retention.enforce(
+                t.name, parts, t.config, self._manifest, self._cache, self.data_dir, archived
             )
+            t.archive_held = (len(plan.held), plan.held_bytes) if plan.held else None
+            for _ in range(plan.deleted_unarchived):
+                self.archive_status.deleted_unarchived(t.name)
         TOPIC_BYTES.labels(t.name).set(sum(r.bytes for p in parts for r in p.view().sealed))
         if doomed:
             self._publish_snapshot()  # no longer names the doomed files: now they may go

@@ -90,3 +90,61 @@ ARROW_ALLOCATED_BYTES = Gauge(
     "the rest of the node's RSS is Python, request bodies and the allocator's free lists",
 )
 ARROW_ALLOCATED_BYTES.set_function(lambda: float(pa.total_allocated_bytes()))
+
+# --- the object-storage archive (plateau.storage.archive) ------------------------------
+ARCHIVE_UPLOADS = Counter(
+    "plateau_archive_uploads_total",
+    "Segment uploads to the archive by result (ok: uploaded, verified and recorded; failed)",
+    ["topic", "result"],
+)
+
+ARCHIVE_UPLOADED_BYTES = Counter(
+    "plateau_archive_uploaded_bytes_total", "Bytes of Parquet objects uploaded", ["topic"]
+)
+
+ARCHIVE_FAILURES = Counter(
+    "plateau_archive_failures_total",
+    "Failed archive calls (uploads and manifest objects) by reason: Unauthorized, "
+    "BucketNotFound, Unreachable, Behind (any other error)",
+    ["topic", "reason"],
+)
+
+ARCHIVE_LAG_SEGMENTS = Gauge(
+    "plateau_archive_lag_segments", "Sealed segments not archived yet", ["topic"]
+)
+
+ARCHIVE_LAG_BYTES = Gauge(
+    "plateau_archive_lag_bytes", "Bytes of sealed segments not archived yet", ["topic"]
+)
+
+ARCHIVE_LAG_SECONDS = Gauge(
+    "plateau_archive_lag_seconds",
+    "Age of the oldest sealed segment not archived yet (0: none waits)",
+    ["topic"],
+)
+
+ARCHIVE_DELETED_UNARCHIVED = Counter(
+    "plateau_archive_deleted_unarchived_total",
+    "Segments retention deleted before they were archived (topics without archive.required)",
+    ["topic"],
+)
+
+ARCHIVE_READS = Counter(
+    "plateau_archive_reads_total",
+    "Read replies (partition reads, iteration pages) with records read from the archive "
+    "because they were no longer on the local disk (pages prepared ahead count when prepared)",
+    ["topic"],
+)
+
+ARCHIVE_READ_RECORDS = Counter(
+    "plateau_archive_read_records_total",
+    "Records read from the archive for read replies (x-archived-records summed)",
+    ["topic"],
+)
+
+ARCHIVE_READ_BYTES = Counter(
+    "plateau_archive_read_bytes_total",
+    "Bytes fetched from the archive for reads: Parquet footers and the column chunks of the "
+    "row groups read (a row group kept in storage.archive.read_cache_bytes is fetched once)",
+    ["topic"],
+)

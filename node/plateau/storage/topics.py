@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from plateau.protocol.errors import NotFound, OverBudget, PartitionsDecrease
+from plateau.protocol.errors import Conflict, NotFound, OverBudget, PartitionsDecrease
 from plateau.protocol.names import check_name
 from plateau.protocol.replies import TopicPutReply
 from plateau.protocol.topic_config import TopicConfig, TopicConfigRequest, TopicOwner
@@ -33,6 +33,12 @@ from plateau.storage.types import Index
 PartitionFactory = Callable[[str, str, Index, list[SegmentRow]], Partition]
 
 
+class ArchiveNotConfigured(Conflict):
+    """``archive.enabled`` on a node without ``storage.archive.url``: nothing to upload to."""
+
+    reason = "ArchiveNotConfigured"
+
+
 @dataclass
 class Topic:
     name: str
@@ -42,6 +48,9 @@ class Topic:
     lock: Any = field(default_factory=lambda: ranked(Rank.TOPIC, "topic"))  # the dict only
     retention_lock: Any = field(default_factory=lambda: ranked(Rank.RETENTION, "retention"))
     deleted: bool = False  # set under retention_lock by Catalog.delete
+    # set under retention_lock by each retention pass: (segments, bytes) retention must keep
+    # for the archive (archive-required topic over its limits); read without a lock by appends
+    archive_held: tuple[int, int] | None = None
 
     def state(self) -> tuple[TopicConfig, TopicOwner | None]:
         """Config and owner as one PUT left them (never one from before it, one from after)."""
@@ -83,8 +92,10 @@ class Catalog:
         make_partition: PartitionFactory,
         capacity: Callable[[], tuple[int, int]],
         data_dir: Path,
+        archive_url: str | None = None,
     ) -> None:
         self._manifest = manifest
+        self._archive_url = archive_url
         self._defaults = defaults
         self._make_partition = make_partition
         self._capacity = capacity
@@ -155,6 +166,12 @@ class Catalog:
         base, stored = existing.state() if existing else (self._defaults, None)
         claimed = decide(topic, existing is not None, stored, request.owner, request.adopt)
         config = request.apply_to(base, self._defaults)
+        if config.archive.enabled and not self._archive_url and not base.archive.enabled:
+            raise ArchiveNotConfigured(
+                f"topic {topic!r}: archive.enabled needs the node's storage.archive.url "
+                "(PLATEAU_STORAGE__ARCHIVE__URL, s3://bucket/prefix), which this node does "
+                "not have; nothing was changed"
+            )
         if existing is not None and config.partitions < base.partitions:
             raise PartitionsDecrease(
                 f"topic {topic!r} has {base.partitions} partitions and partitions "

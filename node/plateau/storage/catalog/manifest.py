@@ -21,17 +21,28 @@ ownerless topic), written in the transaction that writes its config. A
 manifest from before owners existed gets the columns added at open
 (``_migrate``): its topics stay, ownerless.
 
+Archived segments (schema version 2) are rows of ``archived``, keyed by
+(topic, partition, first index) like their object keys: a row is written only
+after its object was uploaded and verified (``record_archived``), and it
+outlives the local segment (retention deletes ``segments`` rows, never
+``archived`` ones), so the node knows its archived history after the disk
+copy is gone. Deleting a topic deletes its archived rows; the objects stay in
+the bucket (the node never deletes from the archive).
+
 WAL mode with ``synchronous=FULL``: one fsync per commit, and commits happen
 per segment (open, seal, delete), never per append.
 """
 
 from __future__ import annotations
 
+import json
 import sqlite3
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from plateau.protocol.archive import ArchivedSegment, ArchiveField
 from plateau.protocol.topic_config import TopicConfig, TopicOwner
 from plateau.storage.catalog.locks import Rank, ranked
 from plateau.storage.types import Index, SegmentId
@@ -74,11 +85,29 @@ CREATE TABLE IF NOT EXISTS index_floors (
     PRIMARY KEY (topic, name)
 );
 CREATE INDEX IF NOT EXISTS segments_by_partition ON segments (topic, partition, first_index);
+CREATE TABLE IF NOT EXISTS archived (
+    topic TEXT NOT NULL,
+    partition TEXT NOT NULL,
+    first_index INTEGER NOT NULL,
+    end_index INTEGER NOT NULL,
+    min_time_ms INTEGER NOT NULL,
+    max_time_ms INTEGER NOT NULL,
+    bytes INTEGER NOT NULL,
+    key TEXT NOT NULL,
+    sha256 TEXT NOT NULL,
+    schema TEXT NOT NULL,
+    archived_at REAL NOT NULL,
+    PRIMARY KEY (topic, partition, first_index)
+);
 """
 
 
 OWNER_COLUMNS = ("owner_kind", "owner_namespace", "owner_name", "owner_uid")
-SCHEMA_VERSION = 1  # PRAGMA user_version: 0 before topics had owners
+SCHEMA_VERSION = 2  # PRAGMA user_version: 0 before topics had owners, 1 before the archive
+_ARCHIVED_COLUMNS = (
+    "partition, first_index, end_index, min_time_ms, max_time_ms, bytes, key, sha256, schema, "
+    "archived_at"
+)
 
 # Config and owner replaced together; created_at stays the first creation's.
 _UPSERT_TOPIC = (
@@ -153,6 +182,7 @@ class Manifest:
                 for column in OWNER_COLUMNS:
                     if column not in columns:  # a topic made before owners: ownerless (null)
                         self._db.execute(f"ALTER TABLE topics ADD COLUMN {column} TEXT")
+                # version 2 only adds the ``archived`` table, which SCHEMA created
                 self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def close(self) -> None:
@@ -206,6 +236,7 @@ class Manifest:
                 (name,),
             )
             self._db.execute("DELETE FROM segments WHERE topic = ?", (name,))
+            self._db.execute("DELETE FROM archived WHERE topic = ?", (name,))
             self._db.execute("DELETE FROM partitions WHERE topic = ?", (name,))
             self._db.execute("DELETE FROM topics WHERE name = ?", (name,))
 
@@ -305,3 +336,83 @@ class Manifest:
                 "WHERE state = 'open' ORDER BY id"
             ).fetchall()
         return [OpenRow(SegmentId(r[0]), r[1], r[2], r[3], Index(r[4])) for r in rows]
+
+    # --- archive --------------------------------------------------------------
+    def record_archived(self, seg: ArchivedSegment, topic: str) -> None:
+        """Record an uploaded and verified segment (one transaction; a repeat replaces it)."""
+        schema = "[" + ",".join(f.model_dump_json() for f in seg.schema_fields) + "]"
+        with self._lock, self._db:
+            self._db.execute("BEGIN")
+            self._db.execute(
+                f"INSERT OR REPLACE INTO archived (topic, {_ARCHIVED_COLUMNS}) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (
+                    topic,
+                    seg.partition,
+                    seg.start,
+                    seg.end,
+                    seg.min_time_ms,
+                    seg.max_time_ms,
+                    seg.bytes,
+                    seg.key,
+                    seg.sha256,
+                    schema,
+                    seg.archived_at,
+                ),
+            )
+
+    def archived_segments(self, topic: str) -> list[ArchivedSegment]:
+        """Every archived segment of ``topic``, ordered by partition then start index."""
+        with self._lock:
+            rows = self._db.execute(
+                f"SELECT {_ARCHIVED_COLUMNS} FROM archived WHERE topic = ? "
+                "ORDER BY partition, first_index",
+                (topic,),
+            ).fetchall()
+        return [_archived(r) for r in rows]
+
+    def archived_ends(self) -> dict[tuple[str, str], Index]:
+        """Per (topic, partition), the end of its newest archived segment.
+
+        A partition's segments are archived in index order, so a sealed segment
+        is archived exactly when its end is at or below this mark.
+        """
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT topic, partition, MAX(end_index) FROM archived GROUP BY topic, partition"
+            ).fetchall()
+        return {(t, p): Index(end) for t, p, end in rows}
+
+    def archived_spans(self, topic: str) -> dict[str, tuple[int, int]]:
+        """Per partition of ``topic``, the first archived index and the archived end."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT partition, MIN(first_index), MAX(end_index) FROM archived "
+                "WHERE topic = ? GROUP BY partition",
+                (topic,),
+            ).fetchall()
+        return {p: (lo, hi) for p, lo, hi in rows}
+
+    def archived_counts(self) -> dict[str, int]:
+        """Archived segments per topic."""
+        with self._lock:
+            rows = self._db.execute(
+                "SELECT topic, COUNT(*) FROM archived GROUP BY topic"
+            ).fetchall()
+        return {t: n for t, n in rows}
+
+
+def _archived(r: tuple[Any, ...]) -> ArchivedSegment:
+    partition, start, end, lo, hi, nbytes, key, sha256, schema, archived_at = r
+    return ArchivedSegment(
+        partition=partition,
+        start=start,
+        end=end,
+        min_time_ms=lo,
+        max_time_ms=hi,
+        bytes=nbytes,
+        key=key,
+        sha256=sha256,
+        schema=[ArchiveField.model_validate(f) for f in json.loads(schema)],
+        archived_at=archived_at,
+    )

@@ -1,0 +1,84 @@
+"""What is uploaded for a sealed segment: always a Parquet file any engine reads.
+
+A parquet segment goes up as it is (its bytes on the local disk). An arrow
+segment is converted first, into ``<data>/archive-tmp/`` (emptied at start:
+whatever is there is a leftover of a conversion a crash cut short), with the
+same Parquet options a parquet topic seals with (``sealed_writer``: row groups
+of 65,536 rows, the topic's codec, dictionaries where values repeat), and
+plateau's span in the footer's key-value metadata (``plateau.topic``,
+``plateau.partition``, ``plateau.first_index``, ``plateau.end_index``). A
+parquet segment uploaded as it is carries no such metadata (adding it would
+mean rewriting the file): its span is in its key and its row count in its
+footer, which is what the upload is verified against.
+"""
+
+from __future__ import annotations
+
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from plateau.protocol.archive import ArchiveField
+from plateau.storage.archive.store import META_END, META_FIRST, META_PARTITION, META_TOPIC
+from plateau.storage.catalog.manifest import SegmentRow
+from plateau.storage.data.sealed_writer import PARQUET_ROW_GROUP, dictionary_columns, read_whole
+
+TMP_DIR = "archive-tmp"
+
+
+@dataclass(frozen=True)
+class Staged:
+    """A file ready to upload for one segment; ``temporary`` ones are removed after."""
+
+    path: Path
+    temporary: bool
+    rows: int
+    schema: pa.Schema
+    span_in_footer: bool
+
+    def fields(self) -> list[ArchiveField]:
+        return [
+            ArchiveField(name=f.name, type=str(f.type), nullable=f.nullable) for f in self.schema
+        ]
+
+    def discard(self) -> None:
+        if self.temporary:
+            self.path.unlink(missing_ok=True)
+
+
+def clean_tmp(data_dir: Path) -> Path:
+    """Empty ``<data>/archive-tmp`` (leftovers of a crash) and return it."""
+    tmp = data_dir / TMP_DIR
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True, exist_ok=True)
+    return tmp
+
+
+def stage(row: SegmentRow, data_dir: Path, tmp: Path, compression: str) -> Staged:
+    """The Parquet file to upload for ``row`` (converted from arrow when needed)."""
+    local = data_dir / row.path
+    if row.format == "parquet":
+        meta = pq.read_metadata(local)
+        return Staged(local, False, meta.num_rows, meta.schema.to_arrow_schema(), False)
+    table = read_whole(local, row.format)
+    span = {
+        META_TOPIC: row.topic.encode(),
+        META_PARTITION: row.partition.encode(),
+        META_FIRST: str(row.first_index).encode(),
+        META_END: str(row.end_index).encode(),
+    }
+    table = table.replace_schema_metadata({**(table.schema.metadata or {}), **span})
+    out = tmp / f"{row.topic}.{row.partition}.{row.id}.parquet"
+    codec = None if compression == "none" else compression
+    pq.write_table(
+        table,
+        out,
+        row_group_size=PARQUET_ROW_GROUP,
+        compression=codec or "none",
+        use_dictionary=dictionary_columns(table),
+        write_statistics=True,
+    )
+    return Staged(out, True, table.num_rows, table.schema.remove_metadata(), True)
