@@ -32,6 +32,7 @@ from kubernetes.client.exceptions import ApiException
 from prometheus_client import start_http_server
 
 from plateau_operator import nodes, telemetry, topics
+from plateau_operator.archive_status import archive_event
 from plateau_operator.crd import (
     API_VERSION,
     FINALIZER,
@@ -143,7 +144,8 @@ def run(key: Key, work: Callable[[dict[str, Any]], Outcome]) -> Outcome | None:
 
 
 def publish(body: dict[str, Any], outcome: Outcome) -> None:
-    """Writes what changed of the status; Events for a transition of Ready and for notes."""
+    """Writes what changed of the status; Events for a transition of Ready or Archived
+    and for notes."""
     meta, old = body["metadata"], body.get("status") or {}
     changed = status_patch(old, outcome.status)
     k = kube()
@@ -160,6 +162,9 @@ def publish(body: dict[str, Any], outcome: Outcome) -> None:
             k.event(body, "Normal", now[1], _ready_message(outcome.status))
         for reason, message in outcome.notes:
             k.event(body, "Normal", reason, message)
+        archived = archive_event(old, {**old, **outcome.status})
+        if archived is not None:
+            k.event(body, *archived)
 
 
 def _ready_message(status: dict[str, Any]) -> str:

@@ -137,6 +137,35 @@ def endpoint(spec: NodeSpec, namespace: str) -> str:
     return f"http://{names(spec.name)['service']}.{namespace}.svc:{PORT}"
 
 
+def archive_env(spec: NodeSpec) -> list[dict[str, Any]]:
+    """The node's ``storage.archive`` settings, and its S3 keys by reference to the user's
+    Secret (``secretKeyRef``: the kubelet resolves them at the pod's start; the operator
+    never reads them). In the environment, not the settings file, so the ConfigMap stays
+    free of anything about credentials; being in the pod template, a change rolls the node."""
+    a = spec.archive
+    if a is None:
+        return []
+    prefix = "PLATEAU_STORAGE__ARCHIVE__"
+    env: list[dict[str, Any]] = [{"name": f"{prefix}URL", "value": a.url}]
+    if a.endpoint:
+        env.append({"name": f"{prefix}ENDPOINT", "value": a.endpoint})
+    env += [
+        {"name": f"{prefix}REGION", "value": a.region},
+        {"name": f"{prefix}PATH_STYLE", "value": "true" if a.path_style else "false"},
+        {
+            "name": "AWS_ACCESS_KEY_ID",
+            "valueFrom": {"secretKeyRef": {"name": a.secret, "key": a.access_key_id_key}},
+        },
+        {
+            "name": "AWS_SECRET_ACCESS_KEY",
+            "valueFrom": {"secretKeyRef": {"name": a.secret, "key": a.secret_access_key_key}},
+        },
+        # keys come from the Secret: no instance-metadata lookup (slow off AWS) at start
+        {"name": "AWS_EC2_METADATA_DISABLED", "value": "true"},
+    ]
+    return env
+
+
 def checksum(config: dict[str, Any], extra: str = "") -> str:
     """Of everything the pod reads at start that is not in its template (settings, token ref)."""
     text = json.dumps(config, sort_keys=True) + extra
@@ -162,6 +191,7 @@ def statefulset(spec: NodeSpec, namespace: str, tokens: str = "") -> dict[str, A
                 "name": "PLATEAU_AUTH__READ_TOKEN",
                 "valueFrom": {"secretKeyRef": {"name": n["secret"], "key": READ_TOKEN_KEY}},
             },
+            *archive_env(spec),
         ],
         "volumeMounts": [
             {"name": "data", "mountPath": DATA_DIR},

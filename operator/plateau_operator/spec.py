@@ -64,6 +64,8 @@ class TopicSpec:
     max_age_seconds: int | None
     segment: dict[str, Any]
     delete_data: bool
+    archive: bool = False  # spec.archive.enabled
+    archive_required: bool | None = None  # spec.archive.required; None: the node's default
 
     @classmethod
     def parse(cls, name: str, spec: dict[str, Any]) -> TopicSpec:
@@ -71,6 +73,11 @@ class TopicSpec:
         if "maxBytes" not in retention:
             raise InvalidSpec("spec.retention.maxBytes is required")
         age = retention.get("maxAge")
+        archive = spec.get("archive") or {}
+        required = archive.get("required")
+        if required is not None and not archive.get("enabled"):
+            # the CRD refuses it too; an object stored before that rule gets this
+            raise InvalidSpec("spec.archive.required needs spec.archive.enabled: true")
         return cls(
             node=spec["nodeRef"]["name"],
             topic=spec.get("topicName") or name,
@@ -79,6 +86,8 @@ class TopicSpec:
             max_age_seconds=math.ceil(_seconds(age, "spec.retention.maxAge")) if age else None,
             segment=segment_settings(spec.get("segment") or {}, "spec.segment"),
             delete_data=spec.get("deletionPolicy", "Retain") == "Delete",
+            archive=bool(archive.get("enabled", False)),
+            archive_required=None if required is None else bool(required),
         )
 
     def admin_request(self) -> dict[str, Any]:
@@ -91,7 +100,44 @@ class TopicSpec:
             "partitions": self.partitions,
             "retention": {"max_bytes": self.max_bytes, "max_age_seconds": self.max_age_seconds},
             "segment": self.segment,
+            "archive": {"enabled": self.archive, "required": self.archive_required},
         }
+
+
+@dataclass(frozen=True)
+class ArchiveSpec:
+    """``PlateauNode.spec.archive``: the bucket, and the Secret its keys are read from."""
+
+    bucket: str
+    prefix: str
+    endpoint: str | None
+    region: str
+    path_style: bool
+    secret: str  # the Secret's name, in the node's namespace
+    access_key_id_key: str
+    secret_access_key_key: str
+
+    @classmethod
+    def parse(cls, archive: dict[str, Any]) -> ArchiveSpec:
+        creds = archive.get("credentialsSecret") or {}
+        if not archive.get("bucket") or not creds.get("name"):
+            # the CRD requires both; an object stored before those rules gets this
+            raise InvalidSpec("spec.archive needs bucket and credentialsSecret.name")
+        return cls(
+            bucket=str(archive["bucket"]),
+            prefix=str(archive.get("prefix") or "").strip("/"),
+            endpoint=archive.get("endpoint") or None,
+            region=str(archive.get("region") or "us-east-1"),
+            path_style=bool(archive.get("pathStyle", True)),
+            secret=str(creds["name"]),
+            access_key_id_key=str(creds.get("accessKeyIdKey") or "AWS_ACCESS_KEY_ID"),
+            secret_access_key_key=str(creds.get("secretAccessKeyKey") or "AWS_SECRET_ACCESS_KEY"),
+        )
+
+    @property
+    def url(self) -> str:
+        """``s3://bucket/prefix``, the node's ``storage.archive.url``."""
+        return f"s3://{self.bucket}/{self.prefix}" if self.prefix else f"s3://{self.bucket}"
 
 
 @dataclass(frozen=True)
@@ -113,6 +159,7 @@ class NodeSpec:
     retain_volume: bool = True  # the claim outlives the PlateauNode
     allowed_namespaces: tuple[str, ...] = ()  # NetworkPolicy: who else may connect
     image_pinned: bool = False  # spec.image set: the node does not follow the operator's
+    archive: ArchiveSpec | None = None  # spec.archive: where sealed segments are archived
 
     @classmethod
     def parse(cls, name: str, spec: dict[str, Any], default_image: str) -> NodeSpec:
@@ -144,6 +191,7 @@ class NodeSpec:
             retain_volume=bool(spec.get("retainVolume", True)),
             allowed_namespaces=tuple((spec.get("network") or {}).get("allowedNamespaces") or ()),
             image_pinned=bool(spec.get("image")),
+            archive=ArchiveSpec.parse(spec["archive"]) if spec.get("archive") else None,
         )
 
     def node_config(self) -> dict[str, Any]:

@@ -27,6 +27,8 @@ class TopicReason(StrEnum):
     INVALID = "Invalid"  # 400/422, partitions decreasing, a spec the operator cannot read
     UNAUTHORIZED = "Unauthorized"  # 401/403: the operator's token is not the node's
     RESOURCE_CONFLICT = "ResourceConflict"  # another PlateauTopic owns the node's topic
+    # archive.enabled on a node without spec.archive: the node's spec or the topic's must change
+    ARCHIVE_NOT_CONFIGURED = "ArchiveNotConfigured"
 
 
 class NodeReason(StrEnum):

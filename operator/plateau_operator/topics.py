@@ -32,6 +32,7 @@ from plateau.client.errors import (
 from plateau.client.units import format_bytes
 from plateau.protocol.replies import Claim, TopicStatus
 from plateau.protocol.topic_config import TopicConfig, TopicOwner
+from plateau_operator.archive_status import archive_status
 from plateau_operator.crd import ADOPT_ANNOTATION, API_VERSION, NODE_KIND, TOPIC_KIND, annotation
 from plateau_operator.kube import Kube
 from plateau_operator.nodeaccess import NoAccess, client_for, target
@@ -82,6 +83,16 @@ def reconcile(kube: Kube, body: dict[str, Any], cfg: OperatorSettings, attempt: 
     def failed(reason: TopicReason, message: str, retry: float) -> Outcome:
         return outcome(False, reason, message, warning=message, retry_after=retry)
 
+    def unarchivable(detail: str | None) -> Outcome:
+        """A permanent configuration error: tried again at the resync interval only."""
+        message = (
+            f"spec.archive.enabled, but PlateauNode {topic.node!r} has no spec.archive: give "
+            "the node an archive (bucket, credentials Secret) or set archive.enabled false"
+        )
+        message += f" (the node: {detail})" if detail else ""
+        return outcome(False, TopicReason.ARCHIVE_NOT_CONFIGURED, message, warning=message,
+                       permanent=True)  # fmt: skip
+
     try:
         topic = TopicSpec.parse(name, body["spec"])
     except InvalidSpec as exc:
@@ -93,6 +104,8 @@ def reconcile(kube: Kube, body: dict[str, Any], cfg: OperatorSettings, attempt: 
     if node is None:
         message = f"PlateauNode {topic.node!r} does not exist in namespace {namespace!r}"
         return outcome(False, TopicReason.NODE_NOT_FOUND, message, retry_after=30.0)
+    if topic.archive and not (node.get("spec") or {}).get("archive"):
+        return unarchivable(None)
     owner = owner_of(body)
     request = {**topic.admin_request(), "owner": owner}
     try:
@@ -115,6 +128,8 @@ def reconcile(kube: Kube, body: dict[str, Any], cfg: OperatorSettings, attempt: 
                 f"this PlateauTopic changes nothing there{hint}"
             )
             return failed(TopicReason.RESOURCE_CONFLICT, message, SLOW_RETRY)
+        if exc.reason == "ArchiveNotConfigured":  # the node runs without an archive yet
+            return unarchivable(exc.message)
         if exc.reason == "OverBudget":
             message = f"the budget does not fit node {topic.node!r}: {exc.message}"
             return failed(TopicReason.OVER_BUDGET, message, 60.0)
@@ -155,10 +170,13 @@ def reconcile(kube: Kube, body: dict[str, Any], cfg: OperatorSettings, attempt: 
         was: dict[str, Any] = next((c for c in conditions or [] if c.get("type") == "Ready"), {})
         if was.get("status") == "True" and was.get("reason") == TopicReason.SYNCED:
             message = str(was.get("message") or message)
+    archived = archive_status({"conditions": conditions}, info.usage, generation)
+    conditions = archived.pop("conditions", conditions)
     synced = {
         "topicName": topic.topic,
         "owner": {k: owner[k] for k in ("namespace", "name", "uid")},
         "usage": topic_usage(info.usage),
+        **archived,
     }
     return outcome(True, TopicReason.SYNCED, message, status=synced, notes=notes,
                    node_changed=changed)  # fmt: skip

@@ -37,6 +37,8 @@ from typing import Any
 from kubernetes.client.exceptions import ApiException
 
 from plateau.client.errors import PlateauClientError
+from plateau.protocol.replies import TopicUsage
+from plateau_operator.archive_status import archive_event, archive_status
 from plateau_operator.crd import API_VERSION, NODE_KIND, TOPIC_KIND
 from plateau_operator.kube import Kube
 from plateau_operator.nodeaccess import NoAccess, Target, client_for, paused, target
@@ -162,16 +164,23 @@ class UsagePoller:
         with self._lock:
             if key in self._seen:
                 self._targets[key] = reach
-        writes: list[tuple[Key, dict[str, Any]]] = [(key, node_usage(info))]
+        writes: list[tuple[Key, dict[str, Any], TopicUsage | None]] = [
+            (key, node_usage(info), None)
+        ]
         usage = info.topic_usage or {}
         writes += [
-            (k, {"usage": topic_usage(usage[name])})
+            (k, {"usage": topic_usage(usage[name])}, usage[name])
             for k, name in sorted(topics.items())
             if name in usage
         ]
-        return sum(self._write(k, status, started) for k, status in writes)
+        return sum(self._write(k, status, started, u) for k, status, u in writes)
 
-    def _write(self, key: Key, status: dict[str, Any], started: float) -> bool:
+    def _write(
+        self, key: Key, status: dict[str, Any], started: float, usage: TopicUsage | None = None
+    ) -> bool:
+        """``usage``: a topic's, whose archive (``Archived``, ``status.archive``) is merged
+        into ``status`` here, over the status as it is now (the conditions list is written
+        whole: one computed from an older status would undo a reconcile's ``Ready``)."""
         with self._locks.hold(key, timeout=0) as held:
             if not held:
                 return False  # a reconcile of it runs now and writes fresher figures
@@ -179,8 +188,13 @@ class UsagePoller:
                 seen = self._seen.get(key)
                 if seen is None or seen.written > started or not seen.live():
                     return False
-                patch = status_patch(seen.status, status)
+                before = seen.status
                 meta = seen.body.get("metadata") or {}
+                body = dict(seen.body)
+            if usage is not None:
+                generation = int(meta.get("generation") or 0)
+                status = {**status, **archive_status(before, usage, generation)}
+            patch = status_patch(before, status)
             if not patch:
                 return False
             try:
@@ -194,4 +208,10 @@ class UsagePoller:
                 seen = self._seen.get(key)
                 if seen is not None:
                     seen.body = {**seen.body, "status": {**seen.status, **status}}
+            event = archive_event(before, {**before, **status})
+            if event is not None:
+                try:
+                    self._kube().event(body, *event)
+                except ApiException as exc:  # an Event lost is not worth more
+                    log.debug("archive event of %s %s/%s not posted: %s", *key, exc.reason)
             return True

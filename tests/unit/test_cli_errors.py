@@ -21,6 +21,8 @@ UNUSED_URL = "http://127.0.0.1:9"  # never contacted: every case fails before a 
         (["topic", "set", "t", "--max-age", "1500ms"], "whole number of seconds"),
         (["topic", "set", "t", "--segment-max-age", "5 min"], "--segment-max-age"),
         (["topic", "set", "t", "--format", "orc"], "parquet or arrow"),
+        (["topic", "set", "t", "--no-archive", "--archive-required"], "give --archive"),
+        (["topic", "set", "t", "--no-archive", "--no-archive-required"], "give --archive"),
         (["read", "t", "0", "--format", "xml"], "table, jsonl or arrow"),
         (["read", "t", "0", "--format", "arrow"], "--output"),
         (["append", "t", "0", "missing.parquet"], "no such file"),

@@ -82,10 +82,12 @@ def spark_conf(
     (the kubeconfig's API server), cluster mode, the driver's ServiceAccount, requests
     that fit the nodes, and the node's volume mounted read-only (--mode path) or its
     Service with the read token from its Secret (--mode url; the token itself is never
-    read nor printed)."""
+    read nor printed). A node with an archive (spec.archive) adds the S3A settings of
+    its bucket, the keys by reference to the node's own Secret, and $PLATEAU_ARCHIVE."""
     from plateau.spark.kube import conf as kubeconf
     from plateau.spark.kube import job as kubejob
     from plateau.spark.kube import sizing as kubesizing
+    from plateau.spark.kube.archive_conf import archive_comments, archive_from_node
 
     if fmt not in kubeconf.FORMATS:
         fail(f"--format must be one of {', '.join(kubeconf.FORMATS)}, not {fmt!r}")
@@ -106,11 +108,13 @@ def spark_conf(
     comments: list[str] = []
     try:
         api = kubeconf.connect(kubeconfig, context)
+        archive = archive_from_node(namespace, node, api.plateau_node(node, namespace))
+        more = archive_comments(archive) if archive else []
         if mode == "url":
             access = kubeconf.fetch_access(node, namespace, kubeconfig, context, api)
             job = kubejob.job(api, namespace, context, service_account, None, sizing, given)
-            text = kubeconf.render_url(access, fmt, job)
-            comments = kubeconf.url_comments(access)
+            text = kubeconf.render_url(access, fmt, job, archive)
+            comments = kubeconf.url_comments(access) + more
         else:
             place = kubeconf.fetch(node, namespace, kubeconfig, context, api)
             host = place.host if place.needs_affinity else None
@@ -120,8 +124,8 @@ def spark_conf(
                 target = pod_template_out or Path(f"plateau-{node}-pod-template.yaml")
                 target.write_text(yaml.safe_dump(kubeconf.pod_template(place), sort_keys=False))
                 template = str(target.resolve())
-            text = kubeconf.render(place, fmt, mount_path, template, job)
-            comments = kubeconf.comments(place, mount_path)
+            text = kubeconf.render(place, fmt, mount_path, template, job, archive)
+            comments = kubeconf.comments(place, mount_path) + more
     except kubeconf.SparkConfError as exc:
         fail(str(exc))
     except OSError as exc:

@@ -54,6 +54,22 @@ def topic_set(
     compression: Annotated[
         str | None, typer.Option(help="Segment compression: zstd, lz4 or none.")
     ] = None,
+    archive: Annotated[
+        bool | None,
+        typer.Option(
+            "--archive/--no-archive",
+            help="Archive the topic's sealed segments to the node's object storage "
+            "(storage.archive.url); the node refuses it without one.",
+        ),
+    ] = None,
+    archive_required: Annotated[
+        bool | None,
+        typer.Option(
+            "--archive-required/--no-archive-required",
+            help="Keep segments on disk until archived, shedding appends (429 ArchiveBehind) "
+            "when the budget is full; default: on with --archive.",
+        ),
+    ] = None,
     url: UrlOpt = None,
     token: TokenOpt = None,
     timeout: TimeoutOpt = None,
@@ -86,6 +102,18 @@ def topic_set(
         if seconds != int(seconds) or seconds <= 0:
             fail(f"--max-age: {max_age!r} must be a positive whole number of seconds")
         settings["max_age_seconds"] = int(seconds)
+    if archive is False and archive_required is not None:
+        fail(
+            "--archive-required/--no-archive-required need the archive on: drop them, "
+            "or give --archive"
+        )
+    if archive is not None or archive_required is not None:
+        wanted: dict[str, bool | None] = {}
+        if archive is not None:
+            wanted["enabled"] = archive
+        if archive_required is not None:
+            wanted["required"] = archive_required
+        settings["archive"] = wanted
     with connect(ctx, url, token, timeout) as client:
         print_json(client.put_topic(topic, **settings))
 

@@ -19,6 +19,11 @@ class TopicSettings(TypedDict, total=False):
     """What ``PUT /admin/topics/{t}`` changes; ``None`` (except for ``max_age_seconds``) is
     the same as leaving the key out.
 
+    ``archive`` (``{"enabled": bool, "required": bool}``, either key optional; a
+    ``"required": None`` takes the node's default) archives the topic's sealed
+    segments to the node's object storage; the node refuses it (409
+    ``ArchiveNotConfigured``) when it has no archive.
+
     ``owner`` (kind, namespace, name, uid) claims the topic for a resource;
     ``adopt`` takes it over from an ownerless topic or another owner; without
     ``owner`` the request is an admin's and leaves the owner as it is.
@@ -34,6 +39,7 @@ class TopicSettings(TypedDict, total=False):
     segment_compression: str | None
     owner: Mapping[str, str] | None
     adopt: bool
+    archive: Mapping[str, bool | None] | None
 
 
 _SEGMENT_KEYS = {
@@ -73,4 +79,7 @@ def topic_request(settings: TopicSettings) -> dict[str, Any]:
     }
     if segment:
         body["segment"] = segment
+    archive = settings.get("archive")
+    if archive is not None:
+        body["archive"] = dict(archive)
     return body

@@ -36,6 +36,12 @@ from typing import Any
 
 import yaml
 
+from plateau.spark.kube.archive_conf import (
+    ArchiveAccess,
+    add_to_spec,
+    archive_comments,
+    archive_settings,
+)
 from plateau.spark.kube.job import Job, job_comments, job_settings, job_spec
 
 VOLUME = "plateau-data"
@@ -182,11 +188,18 @@ def comments(p: VolumePlacement, mount: str) -> list[str]:
 
 
 def render(
-    p: VolumePlacement, fmt: str, mount: str, template_path: str | None, job: Job | None = None
+    p: VolumePlacement,
+    fmt: str,
+    mount: str,
+    template_path: str | None,
+    job: Job | None = None,
+    archive: ArchiveAccess | None = None,
 ) -> str:
-    """The text to print for ``--mode path`` in ``fmt`` (see ``_text``)."""
+    """The text to print for ``--mode path`` in ``fmt`` (see ``_text``); with the node's
+    archive's S3A settings when it has one."""
     job = job or Job(p.namespace, None, None)
     pairs = {**job_settings(job), **settings(p, mount, template_path)}
+    pairs |= archive_settings(archive) if archive else {}
     roles: dict[str, dict[str, Any]] = {}
     for role in ("driver", "executor"):  # one dict each: no shared object, no YAML alias
         roles[role] = {"volumeMounts": [{"name": VOLUME, "mountPath": mount, "readOnly": True}]}
@@ -201,8 +214,10 @@ def render(
     return _text(
         fmt,
         pairs,
-        comments(p, mount) + job_comments(job, fmt != "sparkapplication"),
-        spec,
+        comments(p, mount)
+        + (archive_comments(archive) if archive else [])
+        + job_comments(job, fmt != "sparkapplication"),
+        add_to_spec(spec, archive) if archive else spec,
         p.namespace,
     )
 
@@ -255,10 +270,13 @@ def url_comments(a: NodeAccess) -> list[str]:
     ]
 
 
-def render_url(a: NodeAccess, fmt: str, job: Job | None = None) -> str:
+def render_url(
+    a: NodeAccess, fmt: str, job: Job | None = None, archive: ArchiveAccess | None = None
+) -> str:
     """``render`` for ``--mode url``: the same three formats."""
     job = job or Job(a.namespace, None, None)
     pairs = {**job_settings(job), **url_settings(a)}
+    pairs |= archive_settings(archive) if archive else {}
     token = {"name": TOKEN_ENV, "valueFrom": {"secretKeyRef": {"name": a.secret, "key": a.key}}}
     spec = _merge(job_spec(job), {
         "driver": {"env": [{"name": URL_ENV, "value": a.url}, dict(token)]},
@@ -267,8 +285,10 @@ def render_url(a: NodeAccess, fmt: str, job: Job | None = None) -> str:
     return _text(
         fmt,
         pairs,
-        url_comments(a) + job_comments(job, fmt != "sparkapplication"),
-        spec,
+        url_comments(a)
+        + (archive_comments(archive) if archive else [])
+        + job_comments(job, fmt != "sparkapplication"),
+        add_to_spec(spec, archive) if archive else spec,
         a.namespace,
     )
 
