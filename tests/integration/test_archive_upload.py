@@ -29,10 +29,11 @@ from plateau.protocol.topic_config import (
 from plateau.storage.config import ArchiveSettings, StorageSettings
 from plateau.storage.engine import Engine
 from plateau.storage.metrics import ARCHIVE_DELETED_UNARCHIVED, ARCHIVE_UPLOADS
-from testkit.nodeproc import free_port
+from testkit.nodeproc import NodeProcess, free_port, metric_values
 from testkit.s3server import ADMIN, S3Server
 
 EngineFactory = Callable[..., Engine]
+T0 = 1_700_000_000_000
 
 
 @pytest.fixture
@@ -217,3 +218,62 @@ def test_without_required_retention_goes_on_and_counts(
     usage = e.topic_usage("loose")
     assert usage.archive is not None and usage.archive.deleted_unarchived > 0
     assert usage.archive.required is False
+
+
+# --- the user's view: a real node process over HTTP ------------------------------------
+def test_node_refuses_archive_without_url_and_changes_nothing(tmp_path: Path) -> None:
+    node = NodeProcess(tmp_path / "data").start()
+    try:
+        with node.client() as c:
+            assert c.put("/admin/topics/t", json={"partitions": 1}).status_code == 201
+            r = c.put("/admin/topics/t", json={"archive": {"enabled": True}})
+            assert r.status_code == 409, r.text
+            body = r.json()
+            assert body["reason"] == "ArchiveNotConfigured"
+            assert "storage.archive.url" in body["message"]
+            assert c.get("/admin/topics/t").json()["archive"]["enabled"] is False
+            r = c.put("/admin/topics/new", json={"archive": {"enabled": True}})
+            assert r.status_code == 409
+            assert c.get("/admin/topics/new").status_code == 404
+    finally:
+        node.stop()
+
+
+def test_node_archives_what_it_acknowledges(
+    tmp_path: Path, s3server: S3Server, s3bucket: str
+) -> None:
+    env = {
+        **ADMIN.env(),
+        "PLATEAU_STORAGE__ARCHIVE__ENDPOINT": s3server.endpoint,
+        "PLATEAU_STORAGE__ARCHIVE__RETRY_MAX_SECONDS": "1",
+    }
+    node = NodeProcess(
+        tmp_path / "data", env=env, args=["--archive-url", f"s3://{s3bucket}/pfx"]
+    ).start()
+    try:
+        with node.client() as c:
+            r = c.put(
+                "/admin/topics/ev",
+                json={"segment": {"max_rows": 50}, "archive": {"enabled": True}},
+            )
+            assert r.status_code == 201, r.text
+            for i in range(5):
+                batch = [{"time": T0 + i * 50 + j, "v": i * 50 + j} for j in range(50)]
+                r = c.post("/topic/ev/partition/0", json=batch)
+                assert r.status_code == 200, r.text
+
+            def archived() -> bool:
+                a = c.get("/admin/topics/ev").json()["usage"]["archive"]
+                return a["state"] == "Current" and a["uploaded_segments"] == 4
+
+            wait_for(archived, what="4 segments archived")
+            usage = c.get("/admin/topics/ev").json()["usage"]
+            assert usage["archive"]["url"] == f"s3://{s3bucket}/pfx/ev"
+            assert usage["partitions"]["0"]["archive"]["start"] == 0
+            assert usage["partitions"]["0"]["archive"]["end"] == 200
+            ok = metric_values(node.url, "plateau_archive_uploads_total")
+            assert ok[(("result", "ok"), ("topic", "ev"))] == 4
+        doc = read_manifest(s3server.filesystem(), s3bucket, "ev")
+        assert [(s.start, s.end) for s in doc.segments] == [(i * 50, i * 50 + 50) for i in range(4)]
+    finally:
+        node.stop()

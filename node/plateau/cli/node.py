@@ -24,6 +24,13 @@ def node(
         int | None, typer.Option(help="Bytes allocatable to topics (default: the volume size).")
     ] = None,
     durability: Annotated[str | None, typer.Option(help="fsync (default) or relaxed.")] = None,
+    archive_url: Annotated[
+        str | None,
+        typer.Option(
+            help="s3://bucket/prefix to archive topics to (storage.archive.url; endpoint, "
+            "region and credentials from the settings or PLATEAU_STORAGE__ARCHIVE__*)."
+        ),
+    ] = None,
 ) -> None:
     """Run a node on a local data directory."""
     from plateau.settings import load_settings
@@ -37,6 +44,8 @@ def node(
         storage["capacity_bytes"] = capacity_bytes
     if durability is not None:
         storage["durability"] = {"mode": durability}
+    if archive_url is not None:
+        storage["archive"] = {"url": archive_url}
     if bind is not None:
         server["bind"] = bind
     if token is not None:
@@ -46,6 +55,14 @@ def node(
         settings = load_settings(config, **overrides)
     except (ValidationError, FileNotFoundError, ValueError) as exc:
         fail(f"bad settings: {exc}")
+    if settings.storage.archive.url:
+        from plateau.protocol.archive import ArchiveUrl
+        from plateau.protocol.errors import InvalidInput
+
+        try:
+            ArchiveUrl.parse(settings.storage.archive.url)
+        except InvalidInput as exc:
+            fail(f"bad settings: storage.archive.url: {exc.message}")
     from plateau.server.run import run_node
 
     run_node(settings)

@@ -28,10 +28,13 @@ class ErrorReply(BaseModel):
 class ConflictReply(ErrorReply):
     """A 409: the request was valid but refused by a rule; nothing was changed."""
 
-    reason: Literal["OverBudget", "PartitionsDecrease", "OwnerConflict"] = Field(
-        description="OverBudget: a new or raised budget does not fit the node's capacity "
-        "minus reserve. PartitionsDecrease: fewer partitions than the topic has. "
-        "OwnerConflict: another owner holds the topic (or none, and adopt was not set)."
+    reason: Literal["OverBudget", "PartitionsDecrease", "OwnerConflict", "ArchiveNotConfigured"] = (
+        Field(
+            description="OverBudget: a new or raised budget does not fit the node's capacity "
+            "minus reserve. PartitionsDecrease: fewer partitions than the topic has. "
+            "OwnerConflict: another owner holds the topic (or none, and adopt was not set). "
+            "ArchiveNotConfigured: archive.enabled on a node without storage.archive.url."
+        )
     )
     owner: TopicOwner | None = Field(
         default=None,
