@@ -264,7 +264,7 @@ def test_node_archives_what_it_acknowledges(
 
             def archived() -> bool:
                 a = c.get("/admin/topics/ev").json()["usage"]["archive"]
-                return a["state"] == "Current" and a["uploaded_segments"] == 4
+                return bool(a["state"] == "Current" and a["uploaded_segments"] == 4)
 
             wait_for(archived, what="4 segments archived")
             usage = c.get("/admin/topics/ev").json()["usage"]
