@@ -85,9 +85,11 @@ def plan_archived(
     else:
         kept = ordered
     total = sum(r.bytes for r in kept)
+    wanted = total  # what would be left if held segments could go too
     for row in kept:
-        if total <= config.max_bytes:
+        if wanted <= config.max_bytes:
             break
+        wanted -= row.bytes
         if not may_go(row):
             out.held.append(row)  # a newer archived segment may still go
             continue
