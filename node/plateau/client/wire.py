@@ -20,6 +20,7 @@ from pydantic import BaseModel, ValidationError
 
 from plateau.client.errors import PlateauClientError
 from plateau.protocol import (
+    ARCHIVED_RECORDS_HEADER,
     ARROW_FILE,
     ARROW_STREAM,
     ITERATION_STATUS_HEADER,
@@ -34,24 +35,52 @@ TimeBound = datetime | int | str | None
 """A ``time.start``/``time.end`` bound: datetime, epoch milliseconds, or RFC 3339 text."""
 
 
-class PartitionPage(NamedTuple):
-    """One page of a partition read; unpacks as ``table, span, status``.
-
-    ``span`` is the range of indexes the page covers (``None`` when nothing was
-    left to read); ``span.end`` is where the next read continues.
-    """
-
+class _PartitionFields(NamedTuple):
     table: pa.Table
     span: Span | None
     status: RecordStatus
 
 
-class TopicPage(NamedTuple):
-    """One page of topic iteration; ``cursor`` is what to send back to continue."""
+class PartitionPage(_PartitionFields):
+    """One page of a partition read; unpacks as ``table, span, status``.
 
+    ``span`` is the range of indexes the page covers (``None`` when nothing was
+    left to read); ``span.end`` is where the next read continues. ``archived``:
+    how many of its records the node read from its object-storage archive (no
+    longer on its disk); an attribute, not a tuple field, so that unpacking
+    three values keeps working.
+    """
+
+    archived: int = 0
+
+    def __new__(
+        cls, table: pa.Table, span: Span | None, status: RecordStatus, archived: int = 0
+    ) -> PartitionPage:
+        page = super().__new__(cls, table, span, status)
+        page.archived = archived
+        return page
+
+
+class _TopicFields(NamedTuple):
     table: pa.Table
     cursor: dict[str, int]
     status: RecordStatus
+
+
+class TopicPage(_TopicFields):
+    """One page of topic iteration; ``cursor`` is what to send back to continue.
+
+    ``archived``: how many of its records came from the node's archive (an attribute,
+    as on ``PartitionPage``)."""
+
+    archived: int = 0
+
+    def __new__(
+        cls, table: pa.Table, cursor: dict[str, int], status: RecordStatus, archived: int = 0
+    ) -> TopicPage:
+        page = super().__new__(cls, table, cursor, status)
+        page.archived = archived
+        return page
 
 
 @dataclass(frozen=True)
@@ -245,7 +274,8 @@ def parse_partition_page(response: httpx.Response, start: int) -> PartitionPage:
         span = Span(start, start + table.num_rows)
     if isinstance(status, Mapping):
         status = status.get("status")
-    return PartitionPage(table, span, parse_status(status or RecordStatus.ALL))
+    status = parse_status(status or RecordStatus.ALL)
+    return PartitionPage(table, span, status, _archived_records(response))
 
 
 def parse_topic_page(response: httpx.Response, cursor: Mapping[str, int]) -> TopicPage:
@@ -264,7 +294,18 @@ def parse_topic_page(response: httpx.Response, cursor: Mapping[str, int]) -> Top
     else:
         status, nxt = header, None
     next_cursor = {str(k): int(v) for k, v in (nxt if nxt is not None else cursor).items()}
-    return TopicPage(table, next_cursor, parse_status(status or RecordStatus.ALL))
+    status = parse_status(status or RecordStatus.ALL)
+    return TopicPage(table, next_cursor, status, _archived_records(response))
+
+
+def _archived_records(response: httpx.Response) -> int:
+    """How many of a read reply's records came from the node's archive (header absent: 0)."""
+    raw = response.headers.get(ARCHIVED_RECORDS_HEADER)
+    try:
+        return int(raw) if raw is not None else 0
+    except ValueError as exc:
+        message = f"node sent a bad {ARCHIVED_RECORDS_HEADER}: {raw!r}"
+        raise PlateauClientError(None, message) from exc
 
 
 Reply = TypeVar("Reply", bound=BaseModel)

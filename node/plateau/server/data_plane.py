@@ -29,6 +29,7 @@ import re
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 import pyarrow as pa
 from starlette.concurrency import run_in_threadpool
@@ -39,6 +40,7 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from plateau import protocol
 from plateau.protocol import (
+    ARCHIVED_RECORDS_HEADER,
     DEFAULT_PAGE_SIZE,
     ITERATION_STATUS_HEADER,
     JSON,
@@ -165,10 +167,15 @@ def _read_partition(
     if result.span is not None:
         headers[SPAN_START_HEADER] = str(result.span.start)
         headers[SPAN_END_HEADER] = str(result.span.end)
+    if result.archived:  # rows read back from the object-storage archive
+        headers[ARCHIVED_RECORDS_HEADER] = str(result.archived)
     if media == JSON:  # plateau's: the records alone
         return Response(dumps(table_rows(result.table)), headers=headers, media_type=JSON_RECORDS)
     if media == JSON_ENVELOPE:
-        reply = {"span": span, "status": str(result.status), "records": table_rows(result.table)}
+        reply: dict[str, Any] = {"span": span, "status": str(result.status)}
+        reply["records"] = table_rows(result.table)
+        if result.archived:
+            reply["archived"] = result.archived
         return Response(dumps(reply), headers=headers, media_type=JSON_ENVELOPE)
     # plateau's Arrow replies carry status and span (each JSON) in the schema metadata too.
     metadata = {"status": json.dumps(str(result.status)), "span": json.dumps(span)}

@@ -27,10 +27,17 @@ import time
 from collections import OrderedDict
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from typing import Any
 
 from starlette.responses import Response
 
-from plateau.protocol import ITERATION_STATUS_HEADER, JSON, JSON_ENVELOPE, JSON_RECORDS
+from plateau.protocol import (
+    ARCHIVED_RECORDS_HEADER,
+    ITERATION_STATUS_HEADER,
+    JSON,
+    JSON_ENVELOPE,
+    JSON_RECORDS,
+)
 from plateau.protocol.focus import DataFocus
 from plateau.protocol.values import Order, RecordStatus
 from plateau.server.codecs import encode_arrow
@@ -218,13 +225,19 @@ def topic_page(engine: Engine, request: PageRequest) -> Page:
     )
     status = json.dumps({"status": str(result.status), "next": result.next})
     headers = {ITERATION_STATUS_HEADER: status}
+    if result.archived:  # rows read back from the object-storage archive
+        headers[ARCHIVED_RECORDS_HEADER] = str(result.archived)
     body: bytes | memoryview
     media = request.media
     if media == JSON:  # plateau's: the records alone, status and cursor in the header
         body, media = dumps(table_rows(result.table)), JSON_RECORDS
     elif media == JSON_ENVELOPE:
         rows = table_rows(result.table)
-        body = dumps({"records": rows, "status": str(result.status), "next": result.next})
+        envelope: dict[str, Any] = {"records": rows, "status": str(result.status)}
+        envelope["next"] = result.next
+        if result.archived:
+            envelope["archived"] = result.archived
+        body = dumps(envelope)
     else:
         body = encode_arrow(result.table, media, {"status": status})
     return Page(body, headers, media, result.status, result.next, request)

@@ -261,6 +261,9 @@ async def iterate_topic(request: Request, topic: str) -> Response:
 )
 async def topic_partitions(request: Request, topic: str) -> Response:
     check_name("topic", topic)
-    usage = await run_in_threadpool(node_state(request).engine.topic_usage, topic)
-    partitions = {name: part.span.to_json() for name, part in usage.partitions.items()}
+    engine = node_state(request).engine
+    usage = await run_in_threadpool(engine.topic_usage, topic)
+    # spans from the oldest archived index where the archive holds what the disk no longer does
+    spans = await run_in_threadpool(engine.readable_spans, topic)
+    partitions = {name: span.to_json() for name, span in spans.items()}
     return json_reply({"partitions": partitions, "bytes": usage.bytes})

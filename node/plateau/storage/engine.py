@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import functools
 import itertools
 import logging
 import shutil
@@ -32,6 +33,7 @@ from plateau.protocol.topic_config import TopicConfig, TopicConfigRequest, Topic
 from plateau.protocol.values import Order, RecordStatus, Span
 from plateau.storage import record_reads, retention
 from plateau.storage.archive import Archive, ArchiveStatus, Uploader
+from plateau.storage.archive.reads import ArchivedRun, ArchiveReads
 from plateau.storage.catalog.manifest import Manifest, SegmentRow
 from plateau.storage.catalog.memory import MemoryBudget, default_budget
 from plateau.storage.catalog.progress import Progress
@@ -43,11 +45,13 @@ from plateau.storage.data.validation import prepare
 from plateau.storage.metrics import (
     APPENDED_BYTES,
     APPENDED_ROWS,
+    ARCHIVE_READ_RECORDS,
+    ARCHIVE_READS,
     EARLY_SEALS,
     TOPIC_BUDGET_BYTES,
     TOPIC_BYTES,
 )
-from plateau.storage.partition import Partition, PartitionContext
+from plateau.storage.partition import Partition, PartitionContext, PartitionView
 from plateau.storage.recovery import recover
 from plateau.storage.snapshot_writer import SnapshotWriter
 from plateau.storage.topics import Catalog, PutResult, Topic
@@ -399,6 +403,38 @@ class Engine:
                 f"{self.settings.min_free_bytes}; writes are refused, reads go on"
             )
 
+    @functools.cached_property
+    def _archive_reads(self) -> ArchiveReads | None:
+        """Reads below the local disk, from the archive (None without one); made once."""
+        archive = self.archive
+        if archive is None:
+            return None
+        return ArchiveReads(
+            lambda: archive.fs,
+            archive.url.root(),
+            self.settings.archive.read_cache_bytes,
+            self._manifest.archived_segments,
+            self.archive_status.recorded,
+        )
+
+    def _archived(self, topic: str) -> Callable[[str, PartitionView], ArchivedRun | None] | None:
+        """A partition's archived segments below its local start, per view (None: no archive)."""
+        reads = self._archive_reads
+        if reads is None:
+            return None
+        return lambda name, view: reads.run(topic, name, view.start)
+
+    def readable_spans(self, topic: str) -> dict[str, Span]:
+        """Each partition's readable indexes: from its oldest archived one, if that is older
+        than the local disk's (what ``GET /topic/{t}`` reports, so readers see one history)."""
+        archived = self._archived(topic)
+        spans: dict[str, Span] = {}
+        for name, p in sorted(self._topic(topic).by_name().items()):
+            view = p.view()
+            run = None if archived is None else archived(name, view)
+            spans[name] = Span(view.start if run is None else run.start, view.end)
+        return spans
+
     def read_partition(
         self,
         topic: str,
@@ -412,9 +448,11 @@ class Engine:
         """Up to ``limit`` durable records from index ``start`` on, one schema per reply.
 
         With a ``focus``, only what it selects (see ``focus``), read without
-        the columns it leaves out.
+        the columns it leaves out. Indexes no longer on the local disk are read from
+        the archive (``archived`` counts them).
         """
         check_name("partition", partition)
+        archived = self._archived(topic)
 
         def read() -> PartitionRead:
             t = self._topic(topic)
@@ -422,13 +460,17 @@ class Engine:
                 p = t.partitions.get(partition)
             if p is None:
                 return PartitionRead(pa.table({}), None, RecordStatus.ALL)
+            view = p.view()
+            run = archived(partition, view) if archived and start < view.start else None
             return record_reads.read_range(
-                p.view(), self.data_dir, self._cache, start, limit, time_range, max_bytes, focus
+                view, self.data_dir, self._cache, start, limit, time_range, max_bytes, focus, run
             )
 
         with self.progress.track(f"read {topic}/{partition}"):
             result = self._retrying_deleted(read)
-        return PartitionRead(_focused(result.table, focus), result.span, result.status)
+        _count_archived(topic, result.archived)
+        table = _focused(result.table, focus)
+        return PartitionRead(table, result.span, result.status, result.archived)
 
     def iterate_topic(
         self,
@@ -458,11 +500,14 @@ class Engine:
                 time_range,
                 max_bytes,
                 focus,
+                self._archived(topic),
             )
 
         with self.progress.track(f"iterate {topic}"):
             result = self._retrying_deleted(read)
-        return TopicRead(_focused(result.table, focus), result.next, result.status)
+        _count_archived(topic, result.archived)
+        table = _focused(result.table, focus)
+        return TopicRead(table, result.next, result.status, result.archived)
 
     def _retrying_deleted(self, read: Callable[[], R]) -> R:
         """A read whose segment retention (or a topic deletion) removed meanwhile starts over.
@@ -573,6 +618,8 @@ class Engine:
         for t in topics:
             try:
                 self._enforce(t, publish=False)
+                if t.config.archive.enabled:
+                    self.archive_status.export_lag(t.name, t.all())
             except Exception:
                 log.exception("retention of %s failed", t.name)
         return now
@@ -593,6 +640,12 @@ def _lock_data_dir(data_dir: Path) -> IO[bytes]:
         f.close()
         raise Unavailable(f"data directory {data_dir} is in use by another plateau node") from None
     return f
+
+
+def _count_archived(topic: str, records: int) -> None:
+    if records:
+        ARCHIVE_READS.labels(topic).inc()
+        ARCHIVE_READ_RECORDS.labels(topic).inc(records)
 
 
 def _focused(table: pa.Table, focus: DataFocus | None) -> pa.Table:

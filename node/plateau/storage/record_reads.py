@@ -3,6 +3,10 @@
 A reply holds one schema: when the next segment's schema differs, the reply
 stops there with ``SchemaChange`` and the next request continues with the new
 schema (plateau's contract).
+
+With an archive, a partition's history starts at its oldest archived segment:
+indexes below the local disk's start are read from the archive
+(``ArchivedRun``, ``storage.archive.reads``), the rest locally, every index once.
 """
 
 from __future__ import annotations
@@ -16,9 +20,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from plateau.protocol.archive import ArchivedSegment
 from plateau.protocol.errors import InvalidInput
 from plateau.protocol.focus import DataFocus
 from plateau.protocol.values import Order, RecordStatus, Span
+from plateau.storage.archive.reads import ArchivedFile, ArchivedRun
 from plateau.storage.catalog.manifest import SegmentRow
 from plateau.storage.data.decoded_cache import Columns
 from plateau.storage.data.open_segment import OpenSegment
@@ -48,7 +54,8 @@ class _Source:
     """A run of rows ``[first, end)`` with one schema, readable by offset.
 
     A sealed source knows the sealed segment after it (``then``): once a read
-    comes near its end, that one is opened and decoded ahead.
+    comes near its end, that one is opened and decoded ahead. An archived one
+    (``archived``) reads an object of the archive.
     """
 
     def __init__(
@@ -57,7 +64,7 @@ class _Source:
         end: int,
         schema: pa.Schema,
         times: tuple[int, int] | None,
-        reader: SegmentReader | pa.Table,
+        reader: SegmentReader | pa.Table | ArchivedFile,
         then: Callable[[], None] | None = None,
     ) -> None:
         self.first = first
@@ -66,6 +73,14 @@ class _Source:
         self.times = times
         self._reader = reader
         self._then = then
+        self.archived = isinstance(reader, ArchivedFile)
+
+    def next_match(self, pos: int, time_range: TimeRange) -> int:
+        """Where rows in ``time_range`` may be, from ``pos``: an archived source skips
+        row groups whose statistics miss it (never fetched); others read on."""
+        if not isinstance(self._reader, ArchivedFile):
+            return pos
+        return min(self.end, self.first + self._reader.next_match(pos - self.first, time_range))
 
     def read(self, start: int, count: int, columns: Columns | None = None) -> pa.Table:
         offset = start - self.first
@@ -122,13 +137,17 @@ def _sources(
     cache: ReaderCache,
     start: int = 0,
     columns_of: ColumnsOf | None = None,
+    archive: ArchivedRun | None = None,
+    time_range: TimeRange | None = None,
 ) -> Iterator[_Source]:
-    """The runs holding rows at or after ``start``, oldest first.
+    """The runs holding rows at or after ``start``, oldest first (archived ones first).
 
     Segments that end before ``start`` are skipped without opening them: a
     partition's history can hold many segments, and opening each one for
     every page made topic iteration slower the longer the topic was.
     """
+    if archive is not None and start < view.start:
+        yield from _archived_sources(archive, start, time_range)
     first = bisect.bisect_right(view.sealed, start, key=lambda row: row.end_index)
     rows = view.sealed[first:]
     for i, row in enumerate(rows):
@@ -140,7 +159,11 @@ def _sources(
 
 
 def _sources_before(
-    view: PartitionView, data_dir: Path, cache: ReaderCache, upper: int
+    view: PartitionView,
+    data_dir: Path,
+    cache: ReaderCache,
+    upper: int,
+    archive: ArchivedRun | None = None,
 ) -> Iterator[_Source]:
     """The runs holding rows below ``upper``, newest first, opened only as reached."""
     for seg, visible in reversed(view.pending):
@@ -149,6 +172,31 @@ def _sources_before(
     last = bisect.bisect_left(view.sealed, upper, key=lambda row: row.first_index)
     for row in reversed(view.sealed[:last]):
         yield _sealed_source(row, data_dir, cache)
+    if archive is not None:
+        for archived in archive.before(upper):
+            src = _archived_source(archive, archived)
+            if src is not None:
+                yield src
+
+
+def _archived_sources(
+    archive: ArchivedRun, start: int, time_range: TimeRange | None
+) -> Iterator[_Source]:
+    """Archived segments from ``start``; those outside ``time_range`` are not opened,
+    nor those whose object expired at the partition's oldest end (the read moves past)."""
+    for seg in archive.after(start):
+        if time_range is None or time_range.overlaps(seg.min_time_ms, seg.max_time_ms):
+            src = _archived_source(archive, seg)
+            if src is not None:
+                yield src
+
+
+def _archived_source(archive: ArchivedRun, seg: ArchivedSegment) -> _Source | None:
+    file = archive.open(seg)
+    if file is None:
+        return None
+    times = (seg.min_time_ms, seg.max_time_ms)
+    return _Source(seg.start, min(seg.end, archive.local_start), file.schema, times, file)
 
 
 def _sealed_source(
@@ -184,22 +232,26 @@ def read_range(
     time_range: TimeRange | None,
     max_bytes: int | None,
     focus: DataFocus | None = None,
+    archive: ArchivedRun | None = None,
 ) -> PartitionRead:
-    """Up to ``limit`` rows from ``start`` (clamped to the oldest retained index).
+    """Up to ``limit`` rows from ``start`` (clamped to the oldest retained index, in the
+    ``archive`` if given).
 
     With a ``focus`` only the columns it needs are read (plus ``time`` for a
     time range); the caller applies the focus to the result.
     """
-    pos = max(start, view.start)
+    pos = max(start, view.start if archive is None else archive.start)
     tables: list[pa.Table] = []
     schema: pa.Schema | None = None
     rows = 0
+    archived = 0
     nbytes = 0
     status = RecordStatus.ALL
     first_pos = pos
     # one rule for the columns read and the columns decoded ahead of the read
     columns_of = None if focus is None else functools.partial(_columns, focus, time_range)
-    for src in _sources(view, data_dir, cache, pos, columns_of):
+    for src in _sources(view, data_dir, cache, pos, columns_of, archive, time_range):
+        pos = max(pos, src.first)  # past archived segments skipped (time range, expired)
         if rows >= limit:
             status = RecordStatus.RECORD_LIMITED
             break
@@ -214,6 +266,8 @@ def read_range(
             break
         columns = columns_of(src.schema) if columns_of is not None else None
         while pos < src.end and rows < limit and (max_bytes is None or nbytes < max_bytes):
+            if time_range is not None and (pos := src.next_match(pos, time_range)) >= src.end:
+                break
             chunk = min(src.end - pos, limit - rows if time_range is None else max(limit, 1024))
             table = src.read(pos, chunk, columns)
             read_rows = table.num_rows
@@ -231,6 +285,7 @@ def read_range(
                 schema = src.schema
                 tables.append(table)
             rows += table.num_rows
+            archived += table.num_rows if src.archived else 0
             nbytes += table.nbytes
             pos += read_rows
         if pos < src.end:
@@ -238,11 +293,12 @@ def read_range(
             break
     else:
         status = RecordStatus.ALL
+        pos = max(pos, view.end)  # every source read: past any skipped at the end too
     if pos >= view.end and status != RecordStatus.SCHEMA_CHANGE:
         status = RecordStatus.ALL
     table = pa.concat_tables(tables) if tables else _empty(view, data_dir, cache)
     span = Span(first_pos, pos) if pos > first_pos else None
-    return PartitionRead(table, span, status)
+    return PartitionRead(table, span, status, archived)
 
 
 def _empty(view: PartitionView, data_dir: Path, cache: ReaderCache) -> pa.Table:
@@ -260,17 +316,19 @@ def read_reverse(
     time_range: TimeRange | None,
     max_bytes: int | None,
     focus: DataFocus | None = None,
+    archive: ArchivedRun | None = None,
 ) -> tuple[PartitionRead, int]:
     """Up to ``limit`` rows below ``before``, newest first, all of one schema.
 
     Returns the read and the new exclusive upper bound for the cursor.
     """
+    start = view.start if archive is None else archive.start
     upper = min(before, view.end)
-    lo = max(view.start, upper - limit)
+    lo = max(start, upper - limit)
     # stay within the newest run of one schema below ``upper``
-    run_start: int = view.start
+    run_start: int = start
     schema: pa.Schema | None = None
-    for src in _sources_before(view, data_dir, cache, upper):
+    for src in _sources_before(view, data_dir, cache, upper, archive):
         if src.end < lo:
             break  # older runs cannot move ``lo``: leave them unopened
         if schema is not None and not src.schema.equals(schema):
@@ -278,14 +336,17 @@ def read_reverse(
             break
         schema = src.schema
     lo = max(lo, run_start)
-    result = read_range(view, data_dir, cache, lo, max(upper - lo, 0), time_range, max_bytes, focus)
+    result = read_range(
+        view, data_dir, cache, lo, max(upper - lo, 0), time_range, max_bytes, focus, archive
+    )
     table = result.table
     flipped = table.take(pa.array(range(table.num_rows - 1, -1, -1), pa.int64()))
-    if lo > view.start:
+    if lo > start:
         status = RecordStatus.SCHEMA_CHANGE if lo == run_start else RecordStatus.RECORD_LIMITED
     else:
         status = RecordStatus.ALL
-    return PartitionRead(flipped, Span(lo, upper) if upper > lo else None, status), lo
+    span = Span(lo, upper) if upper > lo else None
+    return PartitionRead(flipped, span, status, result.archived), lo
 
 
 def select_partitions(names: list[str], selectors: list[str] | None) -> list[str]:
@@ -315,6 +376,7 @@ def iterate(
     time_range: TimeRange | None,
     max_bytes: int | None,
     focus: DataFocus | None = None,
+    archives: Callable[[str, PartitionView], ArchivedRun | None] | None = None,
 ) -> TopicRead:
     """One page across partitions (sorted by name), all rows of one schema.
 
@@ -327,13 +389,18 @@ def iterate(
     taken right before that partition is read and dropped after. Views of all
     partitions taken at the start of a slow page kept every segment sealed
     meanwhile alive, outside the memory budget, for the whole page.
+
+    ``archives`` gives a partition's archived segments below its local start: its
+    span then starts in the archive, and a cursor below the local start reads there.
     """
     desc = order == Order.DESC
     spans: dict[str, tuple[int, int]] = {}
+    runs: dict[str, ArchivedRun | None] = {}
 
     def view_of(name: str) -> PartitionView:
         v = views[name]()
-        spans[name] = (v.start, v.end)
+        run = runs[name] = archives(name, v) if archives is not None else None
+        spans[name] = (v.start if run is None else run.start, v.end)
         return v
 
     for name in views:
@@ -344,6 +411,7 @@ def iterate(
     tables: list[pa.Table] = []
     schema: pa.Schema | None = None
     rows = 0
+    archived = 0
     nbytes = 0
     stopped: RecordStatus | None = None
     share = max(1, -(-limit // max(len(views), 1)))
@@ -360,13 +428,14 @@ def iterate(
             if (nxt[name] <= start) if desc else (nxt[name] >= end):
                 continue
             view = view_of(name)
+            run = runs[name]
             if desc:
                 result, new_pos = read_reverse(
-                    view, data_dir, cache, nxt[name], want, time_range, budget, focus
+                    view, data_dir, cache, nxt[name], want, time_range, budget, focus, run
                 )
             else:
                 result = read_range(
-                    view, data_dir, cache, nxt[name], want, time_range, budget, focus
+                    view, data_dir, cache, nxt[name], want, time_range, budget, focus, run
                 )
                 new_pos = result.span.end if result.span else nxt[name]
             del view
@@ -381,6 +450,7 @@ def iterate(
                 schema = result.table.schema
                 tables.append(result.table)
             rows += result.table.num_rows
+            archived += result.archived
             nbytes += result.table.nbytes
             nxt[name] = new_pos
     remaining = any((nxt[n] > s) if desc else (nxt[n] < e) for n, (s, e) in spans.items())
@@ -393,4 +463,4 @@ def iterate(
     else:
         status = RecordStatus.RECORD_LIMITED
     table = pa.concat_tables(tables) if tables else pa.table({})
-    return TopicRead(table, nxt, status)
+    return TopicRead(table, nxt, status, archived)

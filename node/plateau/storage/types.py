@@ -38,21 +38,25 @@ class PartitionRead:
     """Records of one partition read: ``table`` rows are the indexes in ``span`` that matched.
 
     With a time filter some indexes of ``span`` may be skipped; ``span.end`` is
-    where the next read continues.
+    where the next read continues. ``archived``: how many of the rows were read
+    from the object-storage archive (no longer on the local disk).
     """
 
     table: pa.Table
     span: Span | None
     status: RecordStatus
+    archived: int = 0
 
 
 @dataclass
 class TopicRead:
-    """One page of topic iteration; ``next`` is the cursor to send back."""
+    """One page of topic iteration; ``next`` is the cursor to send back; ``archived``:
+    how many of its rows were read from the object-storage archive."""
 
     table: pa.Table
     next: dict[str, int]
     status: RecordStatus
+    archived: int = 0
 
 
 @dataclass(frozen=True)

@@ -390,37 +390,38 @@ class ArchivedRun:
 class ArchivedSegments:
     """The manifest's archived segments of each topic by partition, kept between reads.
 
-    Loaded again for a topic when a partition's local start has moved past what is
-    known archived: a segment archived and then removed locally since the last load
-    must be found, or its indexes would be skipped. A segment archived but still local
-    may be missing here: it is read locally anyway.
+    A partition's list is loaded again (the topic's, one query) when the newest archived
+    end the uploader recorded (``mark``) differs from the list's: a segment archived and
+    then removed locally since must be found, or its indexes would be skipped; a
+    deleted topic's marks are gone, so a new topic of the name loads afresh.
     """
 
-    def __init__(self, load: Callable[[str], list[ArchivedSegment]]) -> None:
+    def __init__(
+        self,
+        load: Callable[[str], list[ArchivedSegment]],
+        mark: Callable[[str, str], int],
+    ) -> None:
         self._load = load
-        self._lock = threading.Lock()  # a leaf: the dicts only; the manifest is asked without
+        self._mark = mark
+        self._lock = threading.Lock()  # a leaf: the dict only; the manifest is asked without
         self._topics: dict[str, dict[str, list[ArchivedSegment]]] = {}
-        self._seen: dict[tuple[str, str], int] = {}  # local start when last loaded
 
-    def of(self, topic: str, partition: str, local_start: int) -> list[ArchivedSegment]:
+    def of(self, topic: str, partition: str) -> list[ArchivedSegment]:
+        """``partition``'s archived segments by start index."""
+        mark = max(self._mark(topic, partition), 0)
         with self._lock:
             known = self._topics.get(topic)
-            seen = self._seen.get((topic, partition))
         segs = None if known is None else known.get(partition, [])
-        reach = segs[-1].end if segs else 0
-        fresh = segs is not None and (local_start <= reach or local_start == seen)
-        if not fresh:
-            loaded: dict[str, list[ArchivedSegment]] = {}
-            for seg in self._load(topic):
-                loaded.setdefault(seg.partition, []).append(seg)
-            for run in loaded.values():
-                run.sort(key=lambda s: s.start)
-            with self._lock:
-                self._topics[topic] = loaded
-                self._seen[(topic, partition)] = local_start
-            segs = loaded.get(partition, [])
-        assert segs is not None
-        return segs
+        if segs is not None and (segs[-1].end if segs else 0) == mark:
+            return segs
+        loaded: dict[str, list[ArchivedSegment]] = {}
+        for seg in self._load(topic):
+            loaded.setdefault(seg.partition, []).append(seg)
+        for run in loaded.values():
+            run.sort(key=_starts)
+        with self._lock:
+            self._topics[topic] = loaded
+        return loaded.get(partition, [])
 
 
 class ArchiveReads:
@@ -432,16 +433,17 @@ class ArchiveReads:
         root: str,
         cache_bytes: int,
         load: Callable[[str], list[ArchivedSegment]],
+        mark: Callable[[str, str], int],
     ) -> None:
         self.reader = ArchiveReader(fs, root, cache_bytes)
-        self.segments = ArchivedSegments(load)
+        self.segments = ArchivedSegments(load, mark)
 
     def run(self, topic: str, partition: str, local_start: int) -> ArchivedRun | None:
         """The partition's archived segments below ``local_start`` (None: nothing there)."""
         if local_start <= 0:
             return None
         gone = self.reader.expired_below(topic, partition)
-        segs = self.segments.of(topic, partition, local_start)
+        segs = self.segments.of(topic, partition)
         lo = bisect.bisect_right(segs, gone, key=_ends)
         hi = bisect.bisect_left(segs, local_start, lo, key=_starts)
         if lo >= hi:
