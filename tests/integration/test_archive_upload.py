@@ -29,9 +29,9 @@ from plateau.protocol.topic_config import (
 )
 from plateau.storage.config import ArchiveSettings, StorageSettings
 from plateau.storage.engine import Engine
-from plateau.storage.metrics import ARCHIVE_DELETED_UNARCHIVED, ARCHIVE_UPLOADS
+from plateau.storage.metrics import ARCHIVE_DELETED_UNARCHIVED, ARCHIVE_FAILURES, ARCHIVE_UPLOADS
 from testkit.nodeproc import NodeProcess, free_port, metric_values
-from testkit.s3server import ADMIN, S3Server
+from testkit.s3server import ADMIN, READER, S3Keys, S3Server
 
 EngineFactory = Callable[..., Engine]
 T0 = 1_700_000_000_000
@@ -332,3 +332,84 @@ def test_uploader_stress_many_small_segments_archived_exactly_once(
             return [(s.partition, s.start, s.end) for s in doc.segments] == expected
 
         wait_for(listed, what=f"{n}'s manifest object")
+
+
+def creds_file(tmp_path: Path, keys: S3Keys) -> Path:
+    f = tmp_path / "aws-credentials"
+    f.write_text(
+        f"[plateau]\naws_access_key_id = {keys.access_key}\n"
+        f"aws_secret_access_key = {keys.secret_key}\n"
+    )
+    return f
+
+
+@pytest.mark.parametrize(
+    ("keys", "bucket", "state"),
+    [
+        (S3Keys("nobody", "wrong"), None, "Unauthorized"),
+        (READER, None, "Unauthorized"),  # a read-only bucket
+        (ADMIN, "plateau-no-such-bucket", "BucketNotFound"),
+    ],
+)
+def test_archive_faults_are_reported_and_keep_local_data(
+    make_engine: EngineFactory,
+    tmp_path: Path,
+    s3server: S3Server,
+    s3bucket: str,
+    keys: S3Keys,
+    bucket: str | None,
+    state: str,
+) -> None:
+    settings = ArchiveSettings(
+        url=f"s3://{bucket or s3bucket}/pfx",
+        endpoint=s3server.endpoint,
+        credentials_file=creds_file(tmp_path, keys),
+        profile="plateau",
+        retry_max_seconds=1.0,
+    )
+    e = make_engine(settings)
+    e.put_topic("ev", topic("parquet", max_bytes=1))  # every sealed segment is over budget
+    for i in range(3):
+        try:
+            append(e, "ev", "0", rows(100, i * 100))
+        except ArchiveBehind as exc:  # the first seal filled the budget: nothing deleted
+            assert state in exc.message
+
+    def reported() -> bool:
+        a = e.topic_usage("ev").archive
+        return a is not None and a.state == state
+
+    wait_for(reported, what=state)
+    usage = e.topic_usage("ev")
+    assert usage.partitions["0"].start == 0  # nothing deleted unarchived
+    assert usage.archive is not None and usage.archive.lag_segments >= 1
+    failures = ARCHIVE_FAILURES.labels("ev", state)._value.get()
+    assert failures >= 1
+    if bucket is not None:  # the node never creates a bucket, though SeaweedFS would on PUT
+        info = s3server.filesystem().get_file_info(bucket)
+        assert info.type == pafs.FileType.NotFound
+
+
+def test_manifest_object_is_rewritten_from_sqlite_at_start(
+    make_engine: EngineFactory, s3server: S3Server, s3bucket: str
+) -> None:
+    settings = archive_settings(s3server, s3bucket)
+    e = make_engine(settings)
+    e.put_topic("ev", topic("arrow"))
+    for i in range(3):
+        append(e, "ev", "0", rows(100, i * 100))
+    wait_for(lambda: current(e, "ev"), what="archive current")
+    e.close()
+    fs = s3server.filesystem()
+    fs.delete_file(f"{s3bucket}/pfx/{manifest_key('ev')}")  # as if lost before a crash
+    e2 = make_engine(settings)
+
+    def listed() -> bool:
+        try:
+            doc = read_manifest(fs, s3bucket, "ev")
+        except FileNotFoundError:
+            return False
+        return [(s.start, s.end) for s in doc.segments] == [(0, 100), (100, 200), (200, 300)]
+
+    wait_for(listed, what="the manifest object rewritten")
+    assert e2._manifest.archived_segments("ev") == read_manifest(fs, s3bucket, "ev").segments

@@ -151,6 +151,20 @@ class ArchiveStatus:
             return TopicState(**vars(s))
 
     # --- reports --------------------------------------------------------------
+    def export_lag(self, topic: str, partitions: list[Partition]) -> None:
+        """Set the topic's lag gauges (the engine's background tick calls this)."""
+        now = time.time()
+        total = Lag(0, 0, 0.0, None)
+        for p in partitions:
+            lag = lag_of(p.view().sealed, self.published_mark(topic, p.name), now)
+            total = Lag(
+                total.segments + lag.segments,
+                total.bytes + lag.bytes,
+                max(total.seconds, lag.seconds),
+                None,
+            )
+        _export(topic, total)
+
     def report(
         self,
         topic: str,
@@ -185,9 +199,7 @@ class ArchiveStatus:
         elif state == "Current" and total.seconds > config.segment.max_age_seconds + 10:
             state = "Behind"
             message = f"the oldest unarchived segment was sealed {total.seconds:.0f} s ago"
-        ARCHIVE_LAG_SEGMENTS.labels(topic).set(total.segments)
-        ARCHIVE_LAG_BYTES.labels(topic).set(total.bytes)
-        ARCHIVE_LAG_SECONDS.labels(topic).set(total.seconds)
+        _export(topic, total)
         return (
             TopicArchive(
                 state=state,
@@ -202,3 +214,9 @@ class ArchiveStatus:
             ),
             per,
         )
+
+
+def _export(topic: str, lag: Lag) -> None:
+    ARCHIVE_LAG_SEGMENTS.labels(topic).set(lag.segments)
+    ARCHIVE_LAG_BYTES.labels(topic).set(lag.bytes)
+    ARCHIVE_LAG_SECONDS.labels(topic).set(lag.seconds)
