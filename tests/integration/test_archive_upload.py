@@ -413,3 +413,25 @@ def test_manifest_object_is_rewritten_from_sqlite_at_start(
 
     wait_for(listed, what="the manifest object rewritten")
     assert e2._manifest.archived_segments("ev") == read_manifest(fs, s3bucket, "ev").segments
+
+
+def test_missing_credentials_file_is_reported_not_a_crash(
+    make_engine: EngineFactory, tmp_path: Path, s3server: S3Server, s3bucket: str
+) -> None:
+    missing = tmp_path / "not-yet-mounted"
+    settings = archive_settings(s3server, s3bucket).model_copy(update={"credentials_file": missing})
+    e = make_engine(settings)  # starts: the Secret may be mounted later
+    e.put_topic("ev", topic("arrow"))
+    append(e, "ev", "0", rows(100))
+    append(e, "ev", "0", rows(1, 100))
+
+    def reported() -> bool:
+        a = e.topic_usage("ev").archive
+        return a is not None and a.state == "Unauthorized" and str(missing) in a.message
+
+    wait_for(reported, what="Unauthorized")
+    missing.write_text(
+        f"[default]\naws_access_key_id = {ADMIN.access_key}\n"
+        f"aws_secret_access_key = {ADMIN.secret_key}\n"
+    )
+    wait_for(lambda: current(e, "ev"), what="archived once the file is there")

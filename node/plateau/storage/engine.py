@@ -388,6 +388,8 @@ class Engine:
             return
         state = self.archive_status.state(t.name)
         why = state.message or "uploads are slower than seals"
+        if self.archive is None:
+            why = "this node has no storage.archive.url, so nothing can be archived"
         raise ArchiveBehind(
             f"topic {t.name!r} is at its budget of {budget} bytes and retention may not delete "
             f"what is not archived: the archive is {held[0]} segments / {held[1]} bytes behind "

@@ -25,6 +25,7 @@ network call).
 from __future__ import annotations
 
 import configparser
+import contextlib
 import hashlib
 import threading
 from dataclasses import dataclass
@@ -126,7 +127,10 @@ class Archive:
         self.settings = settings
         self.url = ArchiveUrl.parse(settings.url)
         self._lock = threading.Lock()  # the fs handle only: a leaf
-        self._fs = self._make_fs()
+        self._fs: pafs.S3FileSystem | None = None
+        # an unreadable credentials file is reported by the uploads, never a crash at start
+        with contextlib.suppress(ArchiveError):
+            self._fs = self._make_fs()
 
     def _make_fs(self) -> pafs.S3FileSystem:
         s = self.settings
@@ -158,7 +162,11 @@ class Archive:
     def fs(self) -> pafs.S3FileSystem:
         """pyarrow's filesystem on the archive (paths are ``bucket/prefix/key``: ``path``)."""
         with self._lock:
-            return self._fs
+            fs = self._fs
+        if fs is None:
+            self.refresh()  # raises ArchiveError while the credentials file is unreadable
+            return self.fs
+        return fs
 
     def refresh(self) -> None:
         """Build the client again, reading the credentials file anew (after a refusal)."""
