@@ -20,6 +20,7 @@ from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from plateau.protocol import (
+    ARCHIVED_RECORDS_HEADER,
     ARROW_FILE,
     ARROW_STREAM,
     DEFAULT_PAGE_SIZE,
@@ -120,7 +121,13 @@ def _replies(envelope: str, status: str) -> dict[int | str, dict[str, Any]]:
         200: {
             "description": "The records, in the format `Accept` asked for.",
             "headers": {
-                ITERATION_STATUS_HEADER: {"description": status, "schema": {"type": "string"}}
+                ITERATION_STATUS_HEADER: {"description": status, "schema": {"type": "string"}},
+                ARCHIVED_RECORDS_HEADER: {
+                    "description": "How many of the records were read from the node's "
+                    "object-storage archive (no longer on its disk); absent when none were. "
+                    "The JSON envelope carries it as `archived`.",
+                    "schema": {"type": "integer"},
+                },
             },
             "content": {
                 JSON_RECORDS: {"schema": _RECORD_ROWS},
