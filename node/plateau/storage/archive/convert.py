@@ -15,6 +15,7 @@ footer, which is what the upload is verified against.
 from __future__ import annotations
 
 import shutil
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,7 +25,11 @@ import pyarrow.parquet as pq
 from plateau.protocol.archive import ArchiveField
 from plateau.storage.archive.store import META_END, META_FIRST, META_PARTITION, META_TOPIC
 from plateau.storage.catalog.manifest import SegmentRow
-from plateau.storage.data.sealed_writer import PARQUET_ROW_GROUP, dictionary_columns, read_whole
+from plateau.storage.data.sealed_writer import (
+    PARQUET_ROW_GROUP,
+    STREAM_START,
+    dictionary_columns,
+)
 
 TMP_DIR = "archive-tmp"
 
@@ -63,22 +68,71 @@ def stage(row: SegmentRow, data_dir: Path, tmp: Path, compression: str) -> Stage
     if row.format == "parquet":
         meta = pq.read_metadata(local)
         return Staged(local, False, meta.num_rows, meta.schema.to_arrow_schema(), False)
-    table = read_whole(local, row.format)
     span = {
         META_TOPIC: row.topic.encode(),
         META_PARTITION: row.partition.encode(),
         META_FIRST: str(row.first_index).encode(),
         META_END: str(row.end_index).encode(),
     }
-    table = table.replace_schema_metadata({**(table.schema.metadata or {}), **span})
     out = tmp / f"{row.topic}.{row.partition}.{row.id}.parquet"
     codec = None if compression == "none" else compression
-    pq.write_table(
-        table,
-        out,
-        row_group_size=PARQUET_ROW_GROUP,
-        compression=codec or "none",
-        use_dictionary=dictionary_columns(table),
-        write_statistics=True,
-    )
-    return Staged(out, True, table.num_rows, table.schema.remove_metadata(), True)
+    with pa.memory_map(str(local)) as source:
+        schema, batches = _batches(source)
+        rows, written = _write_parquet(out, schema, batches, span, codec or "none")
+    return Staged(out, True, rows, written, True)
+
+
+def _batches(source: pa.NativeFile) -> tuple[pa.Schema, Iterator[pa.RecordBatch]]:
+    """An arrow segment's batches one at a time (one sealed in place has no footer)."""
+    try:
+        reader = pa.ipc.open_file(source)
+    except pa.ArrowInvalid:
+        source.seek(STREAM_START)
+        stream = pa.ipc.open_stream(source)
+        return stream.schema, iter(stream)
+    return reader.schema, (reader.get_batch(i) for i in range(reader.num_record_batches))
+
+
+def _write_parquet(
+    out: Path,
+    schema: pa.Schema,
+    batches: Iterator[pa.RecordBatch],
+    metadata: dict[bytes, bytes],
+    compression: str,
+) -> tuple[int, pa.Schema]:
+    """Write ``batches`` as the Parquet file ``sealed_writer`` would write from the whole
+    table (row groups of ``PARQUET_ROW_GROUP`` rows, dictionaries chosen on the first rows),
+    holding one row group's rows at a time rather than the whole segment."""
+    writer: pq.ParquetWriter | None = None
+    pending: list[pa.RecordBatch] = []
+    held = rows = 0
+
+    def flush(final: bool) -> None:
+        nonlocal writer, pending, held, rows
+        table = pa.Table.from_batches(pending, schema=schema)
+        cut = table.num_rows if final else table.num_rows // PARQUET_ROW_GROUP * PARQUET_ROW_GROUP
+        if writer is None:
+            writer = pq.ParquetWriter(
+                out,
+                schema.with_metadata({**(schema.metadata or {}), **metadata}),
+                compression=compression,
+                use_dictionary=dictionary_columns(table),
+                write_statistics=True,
+            )
+        if cut:
+            writer.write_table(table.slice(0, cut), row_group_size=PARQUET_ROW_GROUP)
+            rows += cut
+        pending = table.slice(cut).to_batches()
+        held = table.num_rows - cut
+
+    try:
+        for batch in batches:
+            pending.append(batch)
+            held += batch.num_rows
+            if held >= PARQUET_ROW_GROUP:
+                flush(final=False)
+        flush(final=True)
+    finally:
+        if writer is not None:
+            writer.close()
+    return rows, schema.remove_metadata()
