@@ -22,7 +22,8 @@ import pytest
 from prometheus_client import REGISTRY
 
 from plateau.protocol.archive import ArchivedSegment, segment_key
-from plateau.storage.archive.reads import ArchiveReads, ArchiveUnavailable
+from plateau.storage.archive.history import ArchiveReads
+from plateau.storage.archive.reads import ArchiveUnavailable
 from plateau.storage.types import TimeRange
 from testkit.nodeproc import free_port
 from testkit.s3server import ADMIN, S3Server

@@ -33,7 +33,7 @@ from plateau.protocol.topic_config import TopicConfig, TopicConfigRequest, Topic
 from plateau.protocol.values import Order, RecordStatus, Span
 from plateau.storage import record_reads, retention
 from plateau.storage.archive import Archive, ArchiveStatus, Uploader
-from plateau.storage.archive.reads import ArchivedRun, ArchiveReads
+from plateau.storage.archive.history import ArchivedRun, ArchiveReads
 from plateau.storage.catalog.manifest import Manifest, SegmentRow
 from plateau.storage.catalog.memory import MemoryBudget, default_budget
 from plateau.storage.catalog.progress import Progress

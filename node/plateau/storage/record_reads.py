@@ -24,7 +24,8 @@ from plateau.protocol.archive import ArchivedSegment
 from plateau.protocol.errors import InvalidInput
 from plateau.protocol.focus import DataFocus
 from plateau.protocol.values import Order, RecordStatus, Span
-from plateau.storage.archive.reads import ArchivedFile, ArchivedRun
+from plateau.storage.archive.history import ArchivedRun
+from plateau.storage.archive.reads import ArchivedFile
 from plateau.storage.catalog.manifest import SegmentRow
 from plateau.storage.data.decoded_cache import Columns
 from plateau.storage.data.open_segment import OpenSegment
