@@ -435,3 +435,59 @@ def test_missing_credentials_file_is_reported_not_a_crash(
         f"aws_secret_access_key = {ADMIN.secret_key}\n"
     )
     wait_for(lambda: current(e, "ev"), what="archived once the file is there")
+
+
+def test_node_sheds_archive_behind_with_retry_after(tmp_path: Path, s3bucket: str) -> None:
+    """Over HTTP: an unreachable archive and a full budget give 429, Retry-After and reason
+    ArchiveBehind, while the topic keeps every acknowledged record."""
+    env = {
+        **ADMIN.env(),
+        "PLATEAU_STORAGE__ARCHIVE__ENDPOINT": f"http://127.0.0.1:{free_port()}",
+        "PLATEAU_STORAGE__ARCHIVE__RETRY_MAX_SECONDS": "1",
+        "PLATEAU_STORAGE__RETENTION_INTERVAL_SECONDS": "0.2",
+    }
+    node = NodeProcess(
+        tmp_path / "data", env=env, args=["--archive-url", f"s3://{s3bucket}/pfx"]
+    ).start()
+    try:
+        with node.client() as c:
+            r = c.put(
+                "/admin/topics/ev",
+                json={
+                    "segment": {"max_rows": 50},
+                    "retention": {"max_bytes": 4000},
+                    "archive": {"enabled": True},
+                },
+            )
+            assert r.status_code == 201, r.text
+            acked = 0
+            refused = None
+            for _ in range(400):
+                batch = [{"time": T0 + acked + j, "v": acked + j} for j in range(50)]
+                r = c.post("/topic/ev/partition/0", json=batch)
+                if r.status_code == 200:
+                    acked += 50
+                elif r.json().get("reason") == "ArchiveBehind":
+                    refused = r
+                    break
+                else:
+                    assert r.status_code == 429, r.text
+                time.sleep(0.01)
+            assert refused is not None, "never shed"
+            assert refused.status_code == 429
+            assert int(refused.headers["retry-after"]) >= 1
+            assert "segments" in refused.json()["message"]
+            usage = c.get("/admin/topics/ev").json()["usage"]
+            assert usage["partitions"]["0"]["start"] == 0  # nothing deleted unarchived
+            assert usage["partitions"]["0"]["end"] == acked
+            assert usage["archive"]["state"] in ("Behind", "Unreachable")
+
+            def unreachable() -> bool:
+                a = c.get("/admin/topics/ev").json()["usage"]["archive"]
+                return bool(a["state"] == "Unreachable")
+
+            wait_for(unreachable, what="Unreachable")
+            lag = metric_values(node.url, "plateau_archive_lag_segments")
+            assert lag.get((("topic", "ev"),), 0) >= 1 or usage["archive"]["lag_segments"] >= 1
+    finally:
+        node.stop()

@@ -272,7 +272,11 @@ class Engine:
         archive: TopicArchive | None = None
         if t.config.archive.enabled:
             archive, per = self.archive_status.report(
-                topic, t.config, list(t.by_name().values()), self._manifest.archived_spans(topic)
+                topic,
+                t.config,
+                list(t.by_name().values()),
+                self._manifest.archived_spans(topic),
+                held=t.archive_held is not None,
             )
             for name, usage in partitions.items():
                 usage.archive = per.get(name)

@@ -171,6 +171,7 @@ class ArchiveStatus:
         config: TopicConfig,
         partitions: list[Partition],
         spans: dict[str, tuple[int, int]],
+        held: bool = False,
     ) -> tuple[TopicArchive, dict[str, PartitionArchive]]:
         """The topic's archive status and each partition's, as ``GET /admin/topics`` shows."""
         now = time.time()
@@ -196,6 +197,9 @@ class ArchiveStatus:
         state, message = s.state, s.message
         if self.url is None:
             state, message = "Unreachable", "the node has no storage.archive.url"
+        elif state == "Current" and held:
+            state = "Behind"
+            message = "retention waits for uploads: the topic's budget is full"
         elif state == "Current" and total.seconds > config.segment.max_age_seconds + 10:
             state = "Behind"
             message = f"the oldest unarchived segment was sealed {total.seconds:.0f} s ago"
