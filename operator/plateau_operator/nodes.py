@@ -57,6 +57,7 @@ class Observed:
     info: NodeInfo | None = None  # GET /admin/node, when the node answered
     info_error: PlateauClientError | NoAccess | None = None
     conflict: str | None = None  # a child's name taken by an object not ours
+    archive_problem: str | None = None  # spec.archive's Secret or one of its keys is missing
 
 
 @dataclass
@@ -141,7 +142,8 @@ def read(kube: Kube, body: dict[str, Any], cfg: OperatorSettings) -> Observed:
     else:
         name, key = spec.token_secret
         write = (kube.secret_data(namespace, name) or {}).get(key)
-    obs = Observed(body, spec, sts, pvc, pod, tokens, write, secret=own, conflict=conflict)
+    obs = Observed(body, spec, sts, pvc, pod, tokens, write, secret=own, conflict=conflict,
+                   archive_problem=_archive_problem(kube, namespace, spec))  # fmt: skip
     if conflict or _ready_replicas(sts) < 1 or write is None:
         return obs
     try:
@@ -150,6 +152,17 @@ def read(kube: Kube, body: dict[str, Any], cfg: OperatorSettings) -> Observed:
             return replace(obs, info=client.node_info())
     except (PlateauClientError, NoAccess) as exc:
         return replace(obs, info_error=exc)
+
+
+def _archive_problem(kube: Kube, namespace: str, spec: NodeSpec) -> str | None:
+    """Which of spec.archive's Secret and keys is missing: only key names are looked at."""
+    a = spec.archive
+    if a is None:
+        return None
+    data = (kube.get("v1", "Secret", a.secret, namespace) or {}).get("data") or {}
+    missing = [k for k in (a.access_key_id_key, a.secret_access_key_key) if k not in data]
+    return (f"archive.credentialsSecret: Secret {a.secret!r} with key(s) {', '.join(missing)} "
+            f"not found in the node's namespace") if missing else None  # fmt: skip
 
 
 # --------------------------------------------------------------------------- decide
@@ -257,6 +270,8 @@ def _readiness(obs: Observed) -> tuple[bool, NodeReason, str]:
         name, key = obs.spec.token_secret
         why = f"auth.secretRef: Secret {name!r} with key {key!r} not found in the node's namespace"
         return False, NodeReason.TOKEN_SECRET_MISSING, why
+    if obs.archive_problem and obs.info is None:  # the pod cannot start without its keys
+        return False, NodeReason.ARCHIVE_SECRET_MISSING, obs.archive_problem
     if obs.info is not None:
         return True, NodeReason.READY, "the node is ready and answers its admin API"
     if isinstance(obs.info_error, AuthError):

@@ -39,6 +39,7 @@ class NodeReason(StrEnum):
     INVALID = "Invalid"
     RESOURCE_CONFLICT = "ResourceConflict"  # a child's name is taken by an object not ours
     TOKEN_SECRET_MISSING = "TokenSecretMissing"  # auth.secretRef names no such Secret/key
+    ARCHIVE_SECRET_MISSING = "ArchiveSecretMissing"  # archive.credentialsSecret: no such Secret/key
     UNAUTHORIZED = "Unauthorized"
     ROLLING_UPDATE = "RollingUpdate"
     WAITING_FOR_ROLLOUT = "WaitingForRollout"  # another node is rolling: one at a time

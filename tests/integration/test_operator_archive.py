@@ -181,6 +181,17 @@ def test_the_statefulset_takes_the_keys_by_reference_and_a_new_archive_rolls_it(
         now = wait_until(rolled, "the StatefulSet with the new bucket")
         assert now["metadata"]["annotations"]["plateau.dev/template-hash"] != template
 
+        # a Secret or key that is not there: said, instead of a pod that cannot start
+        lost = archive_spec(credentialsSecret={"name": KEYS, "secretAccessKeyKey": "sk"})
+        assert kube.apply(plateau_node(ns, "lost", lost)).returncode == 0
+        cond = wait_until(lambda: condition(get(kube, "pn", "lost", ns)).get("reason")
+                          == "ArchiveSecretMissing" and condition(get(kube, "pn", "lost", ns)),
+                          "ArchiveSecretMissing")  # fmt: skip
+        assert f"Secret {KEYS!r} with key(s) sk not found" in cond["message"], cond
+        assert kube.apply(secret(ns, KEYS, {**values, "sk": "x"})).returncode == 0
+        wait_until(lambda: condition(get(kube, "pn", "lost", ns)).get("reason")
+                   == "NotReady", "the keys found: waiting for the pod")  # fmt: skip
+
 
 def ready_node(kube: KubeApi, ns: str, node: NodeProcess, archive: dict[str, Any] | None) -> None:
     """A PlateauNode the operator reaches at ``node`` (endpoint override), its StatefulSet
