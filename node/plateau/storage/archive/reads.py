@@ -284,6 +284,8 @@ class ArchiveReader:
                     f"[{file.segment.start}, {file.segment.end}) of {file.topic}/"
                     f"{file.segment.partition}); read again from index {file.segment.end}"
                 ) from exc
+            with self._lock:  # open it again next time, with the archive's current client
+                self._footers.pop(file.path, None)
             raise self._unavailable(file.topic, file.segment, exc) from exc
         ARCHIVE_READ_BYTES.labels(file.topic).inc(_fetched_bytes(footer.metadata, index, columns))
         return table.replace_schema_metadata(footer.schema.metadata)
