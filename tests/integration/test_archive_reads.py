@@ -23,6 +23,7 @@ import pytest
 from plateau.client import PlateauClient
 from plateau.client.errors import PlateauClientError
 from plateau.protocol import ARCHIVED_RECORDS_HEADER, ARROW_FILE, JSON_ENVELOPE
+from plateau.protocol.archive import segment_key
 from plateau.protocol.focus import DataFocus
 from testkit.nodeproc import NodeProcess, metric_values
 from testkit.s3server import ADMIN, S3Server, weed_binary
@@ -199,6 +200,22 @@ def test_metrics_count_archive_reads(node: NodeProcess, local_starts: dict[str, 
     assert metric_values(node.url, "plateau_archive_read_records_total")[labels] == before + 321
     assert metric_values(node.url, "plateau_archive_reads_total")[labels] == reads + 1
     assert metric_values(node.url, "plateau_archive_read_bytes_total")[labels] > 0
+
+
+def test_an_object_expired_at_the_oldest_end_moves_the_start(
+    node: NodeProcess, local_starts: dict[str, int], s3: S3Server
+) -> None:
+    """The bucket's lifecycle rule removed partition 1's oldest object: reads skip it
+    (nothing older remains) and the reported span starts after it. The read asks for a
+    column never read before, so the node's cache cannot answer for the gone object."""
+    s3.filesystem(ADMIN).delete_file(f"reads/pfx/{segment_key(TOPIC, '1', 0, SEGMENT_ROWS)}")
+    times: list[int] = []
+    with PlateauClient(node.url) as client:
+        for page in client.read_all(TOPIC, "1", 0, focus=DataFocus(dataset=("time",))):
+            times += page.table.column("time").to_pylist()
+        assert times == [T0 + i for i in range(SEGMENT_ROWS, ROWS)]
+        spans = client.topic(TOPIC).partitions
+    assert (spans["0"].start, spans["1"].start) == (0, SEGMENT_ROWS)
 
 
 def test_a_read_needing_the_archive_while_s3_is_down_fails_clearly(

@@ -159,6 +159,30 @@ def test_an_object_expired_at_the_oldest_end_moves_the_start(archive: Archive) -
     assert file is not None and file.read(0, 3).column("v").to_pylist() == [600, 601, 602]
 
 
+def test_objects_expiring_after_their_footer_was_read(archive: Archive) -> None:
+    """Footers kept from before: the first row-group fetch finds the object gone. At the
+    oldest end (with the next one gone too) the read is to be made again (the engine
+    does) and skips both; in the middle it is a 503."""
+    segs = [archive.upload(i * 300, 300) for i in range(4)]
+    reads = archive.reads()
+    run = reads.run(archive.topic, "0", local_start=1200)
+    assert run is not None
+    files = [run.open(s) for s in segs]
+    for seg in (segs[0], segs[1], segs[3]):
+        archive.fs.delete_file(f"{archive.root}/{seg.key}")
+    first, _, third, fourth = files
+    assert first is not None and third is not None and fourth is not None
+    with pytest.raises(FileNotFoundError):  # ArchiveExpired: the engine reads again
+        first.read(0, 10)
+    assert reads.reader.expired_below(archive.topic, "0") == segs[1].end
+    again = reads.run(archive.topic, "0", local_start=1200)
+    assert again is not None and again.start == segs[2].start
+    assert third.read(0, 2).column("v").to_pylist() == [600, 601]
+    with pytest.raises(ArchiveUnavailable) as caught:
+        fourth.read(0, 10)
+    assert "hole" in caught.value.message and segs[3].key in caught.value.message
+
+
 def test_an_object_gone_in_the_middle_is_an_error_naming_it(archive: Archive) -> None:
     first, second, _ = (archive.upload(i * 300, 300) for i in range(3))
     archive.fs.delete_file(f"{archive.root}/{second.key}")

@@ -65,7 +65,8 @@ class ArchivedRun:
 
     def open(self, seg: ArchivedSegment) -> ArchivedFile | None:
         at = bisect.bisect_left(self.segments, seg.start, self.lo, self.hi, key=_starts)
-        return self.reader.open(self.topic, seg, self.segments[self.lo : at])
+        older, later = self.segments[self.lo : at], self.segments[at + 1 : self.hi]
+        return self.reader.open(self.topic, seg, older, later)
 
 
 class ArchivedSegments:

@@ -74,6 +74,13 @@ class _Gone(Exception):
     """The object is not in the bucket (expired by its lifecycle rule, or deleted)."""
 
 
+class ArchiveExpired(FileNotFoundError):
+    """An object expired at the partition's oldest end while a read was in it (its footer
+    was kept from before). A ``FileNotFoundError``, as a local segment that retention
+    removed mid-read: the engine reads again (``Engine._retrying_deleted``) and the fresh
+    run leaves the expired segments out."""
+
+
 @dataclass(frozen=True)
 class _Footer:
     handle: pa.NativeFile  # ranged reads; opened once (its HEAD paid once)
@@ -158,9 +165,15 @@ class ArchiveReader:
             return self._expired.get((topic, partition), 0)
 
     def _found_gone(
-        self, topic: str, seg: ArchivedSegment, older: list[ArchivedSegment], cause: Exception
+        self,
+        topic: str,
+        seg: ArchivedSegment,
+        older: list[ArchivedSegment],
+        later: list[ArchivedSegment],
+        cause: Exception,
     ) -> None:
-        """``seg``'s object is gone: skip it if nothing older remains, else a 503."""
+        """``seg``'s object is gone: skip it if nothing older remains, else a 503. The
+        listing also tells which ``later`` ones expired with it: skipped at once."""
         directory = self.path(seg).rsplit("/", 1)[0]
         try:
             listed = self._fs().get_file_info(pafs.FileSelector(directory, allow_not_found=True))
@@ -176,10 +189,22 @@ class ArchiveReader:
                 f"segments remain (s3://{self.path(first)}): a hole in the history, not "
                 f"skipped ({cause})"
             )
+        gone_below = seg.end
+        for s in later:
+            if self.path(s) in present:
+                break
+            gone_below = s.end
         with self._lock:
             key = (topic, seg.partition)
-            self._expired[key] = max(self._expired.get(key, 0), seg.end)
+            self._expired[key] = max(self._expired.get(key, 0), gone_below)
             self._footers.pop(self.path(seg), None)
+
+    def _missing(self, path: str) -> bool:
+        """Whether the object is known gone (False when the archive does not answer)."""
+        try:
+            return bool(self._fs().get_file_info(path).type == pafs.FileType.NotFound)
+        except OSError:
+            return False
 
     def _unavailable(self, topic: str, seg: ArchivedSegment, exc: BaseException) -> Exception:
         return ArchiveUnavailable(
@@ -189,10 +214,15 @@ class ArchiveReader:
 
     # --- footers ------------------------------------------------------------------------
     def open(
-        self, topic: str, seg: ArchivedSegment, older: list[ArchivedSegment]
+        self,
+        topic: str,
+        seg: ArchivedSegment,
+        older: list[ArchivedSegment],
+        later: list[ArchivedSegment],
     ) -> ArchivedFile | None:
         """The segment ready to read, or None when its object expired at the partition's
-        oldest end (skip it). ``older``: the partition's archived segments before it."""
+        oldest end (skip it). ``older``, ``later``: the partition's archived segments
+        before and after it (below the local disk)."""
         path = self.path(seg)
         with self._lock:
             footer = self._footers.get(path)
@@ -202,13 +232,13 @@ class ArchiveReader:
             try:
                 footer = self._fetch_footer(topic, seg)
             except _Gone as exc:
-                self._found_gone(topic, seg, older, exc)
+                self._found_gone(topic, seg, older, later, exc)
                 return None
             with self._lock:
                 self._footers[path] = footer
                 while len(self._footers) > FOOTERS:
                     self._footers.popitem(last=False)
-        return ArchivedFile(self, topic, seg, older, footer)
+        return ArchivedFile(self, topic, seg, (older, later), footer)
 
     def _fetch_footer(self, topic: str, seg: ArchivedSegment) -> _Footer:
         try:
@@ -276,14 +306,12 @@ class ArchiveReader:
                 index, columns=None if columns is None else list(columns), use_threads=False
             )
         except (OSError, pa.ArrowException) as exc:
-            if any(code in str(exc) for code in GONE_CODES):
-                # expired after its footer was read: decide as for a missing footer
-                self._found_gone(file.topic, file.segment, file.older, exc)
-                raise ArchiveUnavailable(
-                    f"archive: s3://{file.path} expired while being read (indexes "
-                    f"[{file.segment.start}, {file.segment.end}) of {file.topic}/"
-                    f"{file.segment.partition}); read again from index {file.segment.end}"
-                ) from exc
+            if self._missing(file.path):
+                # expired after its footer was read (S3 servers differ in how a ranged GET
+                # of a gone key fails: asked): a hole is a 503, the oldest end is skipped
+                # by reading again
+                self._found_gone(file.topic, file.segment, *file.neighbours, exc)
+                raise ArchiveExpired(f"s3://{file.path} expired at the oldest end") from exc
             with self._lock:  # open it again next time, with the archive's current client
                 self._footers.pop(file.path, None)
             raise self._unavailable(file.topic, file.segment, exc) from exc
@@ -299,13 +327,13 @@ class ArchivedFile:
         reader: ArchiveReader,
         topic: str,
         segment: ArchivedSegment,
-        older: list[ArchivedSegment],
+        neighbours: tuple[list[ArchivedSegment], list[ArchivedSegment]],
         footer: _Footer,
     ) -> None:
         self.reader = reader
         self.topic = topic
         self.segment = segment
-        self.older = older
+        self.neighbours = neighbours  # (older, later), as ``ArchiveReader.open`` takes them
         self.footer = footer
         self.path = reader.path(segment)
 
