@@ -278,6 +278,10 @@ def test_a_small_cache_under_concurrent_readers_stays_correct(archive: Archive) 
     assert run is not None
     file = run.open(seg)
     assert file is not None
+    marks = itertools.count()
+    moving = ArchiveReads(
+        lambda: archive.fs, archive.root, 0, archive.load, lambda t, p: next(marks)
+    )
 
     def job(worker: int) -> None:
         rng = random.Random(100 + worker)
@@ -285,6 +289,9 @@ def test_a_small_cache_under_concurrent_readers_stays_correct(archive: Archive) 
             offset = rng.randrange(2000)
             got = file.read(offset, 120).column("v").to_pylist()
             assert got == list(range(offset, min(offset + 120, 2000)))
+            # the segment list's lock too: a mark that always moves reloads every time
+            current = moving.run(archive.topic, "0", local_start=2000)
+            assert current is not None and current.start == 0
 
     _concurrently(6, job)
     assert reads.reader.cached_bytes <= 2 * group_bytes
