@@ -267,7 +267,11 @@ def test_node_archives_what_it_acknowledges(
             assert r.status_code == 201, r.text
             for i in range(5):
                 batch = [{"time": T0 + i * 50 + j, "v": i * 50 + j} for j in range(50)]
-                r = c.post("/topic/ev/partition/0", json=batch)
+                for _ in range(1000):  # 429 while the previous segment seals
+                    r = c.post("/topic/ev/partition/0", json=batch)
+                    if r.status_code != 429:
+                        break
+                    time.sleep(0.02)
                 assert r.status_code == 200, r.text
 
             def archived() -> bool:

@@ -45,6 +45,9 @@ from plateau.storage.data.validation import prepare
 from plateau.storage.metrics import (
     APPENDED_BYTES,
     APPENDED_ROWS,
+    ARCHIVE_LAG_BYTES,
+    ARCHIVE_LAG_SECONDS,
+    ARCHIVE_LAG_SEGMENTS,
     ARCHIVE_READ_RECORDS,
     ARCHIVE_READS,
     EARLY_SEALS,
@@ -92,6 +95,7 @@ class Engine:
         self.memory = MemoryBudget(
             default_budget(settings.memory_budget_bytes, settings.memory_overhead_bytes),
             settings.read_cache_bytes,
+            settings.archive.read_cache_bytes if settings.archive.url else 0,
         )
         self._cache = ReaderCache(
             decoded_bytes=self.memory.read_cache_limit,
@@ -239,7 +243,8 @@ class Engine:
             self._publish_snapshot()
         if trash is not None:
             shutil.rmtree(trash, ignore_errors=True)
-        for metric in (TOPIC_BYTES, TOPIC_BUDGET_BYTES):
+        lags = (ARCHIVE_LAG_SEGMENTS, ARCHIVE_LAG_BYTES, ARCHIVE_LAG_SECONDS)
+        for metric in (TOPIC_BYTES, TOPIC_BUDGET_BYTES, *lags):
             with contextlib.suppress(KeyError):
                 metric.remove(topic)
 
@@ -415,13 +420,15 @@ class Engine:
         archive = self.archive
         if archive is None:
             return None
-        return ArchiveReads(
+        reads = ArchiveReads(
             lambda: archive.fs,
             archive.url.root(),
-            self.settings.archive.read_cache_bytes,
+            self.memory.archive_cache_limit,  # its part of the node's memory budget
             self._manifest.archived_segments,
             self.archive_status.recorded,
         )
+        self.memory.archive_cache_used = lambda: reads.reader.cached_bytes
+        return reads
 
     def _archived(self, topic: str) -> Callable[[str, PartitionView], ArchivedRun | None] | None:
         """A partition's archived segments below its local start, per view (None: no archive)."""
@@ -549,7 +556,7 @@ class Engine:
         """A manifest object now lists more: retention may delete what it held."""
         t = self._catalog.find(topic)
         if t is not None and not self._closed.is_set():
-            self._enforce(t, publish=True)
+            self._enforce(t, publish=False)  # a snapshot only if it deleted something
 
     def _enforce(self, t: Topic, publish: bool) -> int:
         """Retention for one topic; with ``publish`` the snapshot is always republished."""
