@@ -200,6 +200,9 @@ def test_metrics_count_archive_reads(node: NodeProcess, local_starts: dict[str, 
     assert metric_values(node.url, "plateau_archive_read_records_total")[labels] == before + 321
     assert metric_values(node.url, "plateau_archive_reads_total")[labels] == reads + 1
     assert metric_values(node.url, "plateau_archive_read_bytes_total")[labels] > 0
+    with node.client() as c:
+        cache = c.get("/admin/node").json()["memory"]["parts"]["archive_cache"]
+    assert 0 < cache["used"] <= cache["limit"]  # counted in the node's memory budget
 
 
 def test_an_object_expired_at_the_oldest_end_moves_the_start(

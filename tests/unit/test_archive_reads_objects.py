@@ -24,6 +24,7 @@ from prometheus_client import REGISTRY
 from plateau.protocol.archive import ArchivedSegment, segment_key
 from plateau.storage.archive.history import ArchiveReads
 from plateau.storage.archive.reads import ArchiveUnavailable
+from plateau.storage.catalog.memory import BudgetSource, MemoryBudget
 from plateau.storage.types import TimeRange
 from testkit.nodeproc import free_port
 from testkit.s3server import ADMIN, S3Server
@@ -295,3 +296,14 @@ def test_a_small_cache_under_concurrent_readers_stays_correct(archive: Archive) 
 
     _concurrently(6, job)
     assert reads.reader.cached_bytes <= 2 * group_bytes
+
+
+def test_the_archive_cache_is_a_part_of_the_memory_budget() -> None:
+    mib = 1024 * 1024
+    memory = MemoryBudget(BudgetSource(1000 * mib, "configured"), 100 * mib, 512 * mib)
+    assert memory.archive_cache_limit == 125 * mib  # at most an eighth
+    memory.reserve_bodies(100 * mib)
+    parts = memory.parts()
+    assert parts["archive_cache"]["limit"] == 125 * mib
+    assert sum(p["limit"] for p in parts.values()) == 1000 * mib
+    assert "archive_cache" not in MemoryBudget(BudgetSource(1000 * mib, "configured"), 0).parts()

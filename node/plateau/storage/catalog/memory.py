@@ -11,6 +11,9 @@ where its memory is taken, so their sum never passes the budget:
   before its body is read (``server.inflight``).
 * ``read_cache``: decoded row groups and batches of sealed segments, at most
   ``min(storage.read_cache_bytes, budget / 4)``; least recently used out.
+* ``archive_cache`` (only with an archive): row groups read back from the
+  object-storage archive for reads below the local disk, at most
+  ``min(storage.archive.read_cache_bytes, budget / 8)``; least recently used out.
 * ``open_segments``: the rest. Rows of open segments (and each one's 1 MiB
   file write buffer), and of segments being sealed until their sealed file is
   written. When the bytes of open segments
@@ -110,16 +113,20 @@ def default_budget(configured: int | None, overhead: int) -> BudgetSource:
 class MemoryBudget:
     """The node's budget and what each part holds; the engine and server report to it."""
 
-    def __init__(self, source: BudgetSource, read_cache_bytes: int) -> None:
+    def __init__(
+        self, source: BudgetSource, read_cache_bytes: int, archive_cache_bytes: int = 0
+    ) -> None:
         self.total = source.bytes
         self.source = source.source
         self.read_cache_limit = min(read_cache_bytes, self.total // 4)
+        self.archive_cache_limit = min(archive_cache_bytes, self.total // 8)
         self.bodies_limit = 0
         self._lock = threading.Lock()
         self._segments = 0  # rows of open and sealing segments
         self._sealing = 0  # of which handed to the sealer
         self.bodies = 0  # written only by the server's event loop
         self.read_cache_used: Callable[[], int] = _nothing  # the read cache installs its own
+        self.archive_cache_used: Callable[[], int] = _nothing  # so do archive reads
 
     def reserve_bodies(self, wanted: int) -> int:
         """Set the bodies part (the server's in-flight limit); returns what it got."""
@@ -128,7 +135,7 @@ class MemoryBudget:
 
     @property
     def segments_limit(self) -> int:
-        return self.total - self.read_cache_limit - self.bodies_limit
+        return self.total - self.read_cache_limit - self.archive_cache_limit - self.bodies_limit
 
     @property
     def segments(self) -> int:
@@ -173,17 +180,21 @@ class MemoryBudget:
         return open_bytes - int(self.segments_limit * SEAL_DOWN_TO_FRACTION)
 
     def parts(self) -> dict[str, dict[str, int]]:
-        return {
+        parts = {
             "open_segments": {"used": self._segments, "limit": self.segments_limit},
             "read_cache": {"used": self.read_cache_used(), "limit": self.read_cache_limit},
             "bodies": {"used": self.bodies, "limit": self.bodies_limit},
         }
+        if self.archive_cache_limit:
+            used = self.archive_cache_used()
+            parts["archive_cache"] = {"used": used, "limit": self.archive_cache_limit}
+        return parts
 
 
 def export_memory_metrics(memory: MemoryBudget) -> None:
     """Read the budget's parts at scrape time (the node's one budget; the last one wins)."""
     MEMORY_BUDGET_BYTES.set(memory.total)
-    for part in ("open_segments", "read_cache", "bodies"):
+    for part in memory.parts():
 
         def used(part: str = part) -> float:
             return float(memory.parts()[part]["used"])
