@@ -10,6 +10,7 @@ from __future__ import annotations
 import copy
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +29,7 @@ from testkit.operatorproc import (
     running_operator,
     wait_until,
 )
-from testkit.s3server import ADMIN, REGION, S3Server
+from testkit.s3server import ADMIN, REGION, S3Keys, S3Server
 
 API = "plateau.dev/v1alpha1"
 KEYS = "s3-keys"
@@ -250,22 +251,29 @@ def test_a_topic_archived_on_a_node_without_an_archive_is_told_so(
         assert not condition(get(kube, "pt", "events", ns), "Archived")
 
 
-@pytest.fixture
-def archiving_node(tmp_path: Path, s3server: S3Server, s3bucket: str) -> Iterator[NodeProcess]:
+@contextmanager
+def archiving(tmp_path: Path, s3server: S3Server, bucket: str, keys: S3Keys
+              ) -> Iterator[NodeProcess]:  # fmt: skip
     """A real node archiving to a real S3 server, as the operator's env would configure it."""
     env = {
         "PLATEAU_STORAGE__AUTO_CREATE_TOPICS": "false",
-        "PLATEAU_STORAGE__ARCHIVE__URL": f"s3://{s3bucket}/plateau",
+        "PLATEAU_STORAGE__ARCHIVE__URL": f"s3://{bucket}/plateau",
         "PLATEAU_STORAGE__ARCHIVE__ENDPOINT": s3server.endpoint,
         "PLATEAU_STORAGE__ARCHIVE__REGION": REGION,
         "PLATEAU_STORAGE__ARCHIVE__PATH_STYLE": "true",
-        **ADMIN.env(),
+        **keys.env(),
     }
     proc = NodeProcess(tmp_path / "archiving", token=NODE_TOKEN, env=env).start()
     try:
         yield proc
     finally:
         proc.stop()
+
+
+@pytest.fixture
+def archiving_node(tmp_path: Path, s3server: S3Server, s3bucket: str) -> Iterator[NodeProcess]:
+    with archiving(tmp_path, s3server, s3bucket, ADMIN) as proc:
+        yield proc
 
 
 def test_the_archived_condition_and_lag_come_from_the_nodes_archive(
@@ -301,3 +309,31 @@ def test_the_archived_condition_and_lag_come_from_the_nodes_archive(
         noted = wait_until(lambda: [e for e in events(kube, ns, "events")
                                     if e["reason"] == "ArchiveCurrent"], "the Event")  # fmt: skip
         assert noted[0]["type"] == "Normal" and len(noted) == 1
+
+
+def test_keys_the_bucket_refuses_show_as_archived_false_unauthorized(
+    kube: KubeApi, ns: str, tmp_path: Path, s3server: S3Server, s3bucket: str
+) -> None:
+    wrong = S3Keys("plateau-nobody", "not-a-secret")
+    with (
+        archiving(tmp_path, s3server, s3bucket, wrong) as node,
+        running_operator(kube, tmp_path / "operator.log", PLATEAU_OPERATOR_USAGE_SECONDS="1") as op,
+    ):
+        ready_node(kube, ns, node, archive_spec(s3bucket, prefix="plateau"))
+        kube.apply(topic(ns, "events", archive={"enabled": True}, segment={"maxAge": "1s"}))
+        wait_until(lambda: condition(get(kube, "pt", "events", ns)).get("reason") == "Synced",
+                   "events Synced")  # fmt: skip
+        with PlateauClient(node.url, token=NODE_TOKEN) as client:
+            client.append("events", "0", pa.table({"x": pa.array(range(100), pa.int64())}))
+        cond = wait_until(lambda: condition(get(kube, "pt", "events", ns), "Archived").get(
+            "reason") == "Unauthorized" and condition(get(kube, "pt", "events", ns), "Archived"),
+            "Archived=False/Unauthorized", 60.0)  # fmt: skip
+        assert cond["status"] == "False", op.tail()
+        assert "credentialsSecret" in cond["message"]
+        obj = get(kube, "pt", "events", ns)
+        assert condition(obj)["status"] == "True"  # the topic itself is fine: data kept
+        assert obj["status"]["archive"]["state"] == "Unauthorized"
+        warned = wait_until(lambda: [e for e in events(kube, ns, "events")
+                                     if e["reason"] == "ArchiveUnauthorized"],
+                            "the Warning")  # fmt: skip
+        assert warned[0]["type"] == "Warning"
