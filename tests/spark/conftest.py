@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import shutil
+import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,6 +22,7 @@ import plateau.spark
 from testkit.nodeproc import NodeProcess
 
 IN_CI = os.environ.get("CI") == "true"
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def spark_conf() -> dict[str, str]:
@@ -36,6 +38,17 @@ def spark_conf() -> dict[str, str]:
     }
 
 
+def s3a_jars() -> Path | None:
+    """``tools/fetch-s3a-jars``' directory (``tools/run-tests`` fetches it; cached)."""
+    out = subprocess.run(
+        [str(ROOT / "tools" / "fetch-s3a-jars")], capture_output=True, text=True, check=False
+    )
+    if out.returncode != 0:
+        print(f"no S3A jars (s3a:// unreadable): {out.stderr.strip()[-500:]}", file=sys.stderr)
+        return None
+    return Path(out.stdout.strip().splitlines()[-1])
+
+
 def start_session(cores: int, name: str) -> Any:
     """A local Spark session with plateau registered; workers run this interpreter."""
     from pyspark.sql import SparkSession
@@ -49,6 +62,11 @@ def start_session(cores: int, name: str) -> Any:
     builder = SparkSession.builder.master(f"local[{cores}]").appName(name)
     # plateau's JVM reader (read_topic over a url): tools/run-tests builds the jar
     builder = builder.config("spark.jars", str(plateau.spark.jar_path()))
+    # Spark's S3A connector (the archive's tests read s3a://): on the driver's class path,
+    # which in local mode is the executors' too (spark.jars would copy 0.7 GB per session)
+    s3a = s3a_jars()
+    if s3a is not None:
+        builder = builder.config("spark.driver.extraClassPath", f"{s3a}/*")
     for key, value in spark_conf().items():
         builder = builder.config(key, value)
     session = builder.getOrCreate()

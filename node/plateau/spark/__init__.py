@@ -4,7 +4,9 @@ Install with the ``spark`` extra (``pip install plateau-k8s[spark]``). Two ways 
 ``register(spark)`` then ``spark.read``/``spark.readStream.format("plateau")``
 (a Python data source), or ``read_topic(spark, ...)`` (a batch DataFrame read
 in the JVM, for full scans: a Python data source moves every declared column
-through Python). Four read paths:
+through Python); ``read_stream(spark, ...)`` is ``readStream.format("plateau")``
+with the archive's S3 settings filled in. Four read paths, each of which may
+have the topic's object-storage archive before it (option ``archive``):
 
 - path mode, ``format("plateau")`` with ``path``: a node's data directory
   (typically its volume mounted read-only), sealed segments found through its
@@ -19,6 +21,12 @@ through Python). Four read paths:
 - read_topic's parquet path, ``read_topic`` with ``path`` on a ``parquet``
   topic: Spark's own Parquet reader on the files ``snapshot.json`` names:
   ``topic_parquet``.
+
+With ``archive``: ``archive_plan`` cuts the history into archived segments and
+the node's part (each index from one side); ``read_topic`` reads the archived
+objects with Spark's Parquet reader through S3A (``archive_frames``),
+``format("plateau")`` and streams with pyarrow's S3 client
+(``archive_reading``).
 
 Shared: by both modes of ``format("plateau")``: ``source`` (the data source
 and its batch reader), ``stream`` (the streaming reader), ``tasks`` (cutting a
@@ -42,7 +50,7 @@ from plateau.spark.jar import JAR, jar_path
 if TYPE_CHECKING:
     from pyspark.sql import DataFrame, SparkSession
 
-__all__ = ["JAR", "jar_path", "read_topic", "register"]
+__all__ = ["JAR", "jar_path", "read_stream", "read_topic", "register"]
 
 
 def register(spark: SparkSession) -> None:
@@ -67,6 +75,10 @@ def read_topic(spark: SparkSession, **options: Any) -> DataFrame:
     a ``parquet`` topic through Spark's Parquet reader (``plateau.spark.topic_parquet``);
     with ``url``: plateau's JVM reader (``plateau.spark.url_jvm``).
     """
+    if any(str(k).lower() == "archive" and v is not None for k, v in options.items()):
+        from plateau.spark.archive_frames import read_with_archive
+
+        return read_with_archive(spark, options)
     if options.get("url") is not None and options.get("path") is None:
         from plateau.spark.url_jvm import read_url
 
@@ -74,3 +86,24 @@ def read_topic(spark: SparkSession, **options: Any) -> DataFrame:
     from plateau.spark.topic_parquet import read_topic as read
 
     return read(spark, options)
+
+
+def read_stream(spark: SparkSession, **options: Any) -> DataFrame:
+    """``spark.readStream.format("plateau")`` with ``options``, and with ``archive``: the
+    archive's S3 settings taken from the session's S3A settings (``fs.s3a.*``).
+
+    Why a function: the stream reader runs in Python workers, which cannot see the
+    session's Hadoop settings; this passes them as options on the driver
+    (``plateau.spark.archive_reading``). ``startingOffsets: earliest`` then begins at the
+    archive's first index and goes on at the node.
+    """
+    from plateau.spark.options import parse
+
+    register(spark)
+    given = {k: v for k, v in options.items() if v is not None}
+    parsed = parse(given)
+    if parsed.archive is not None:
+        from plateau.spark.archive_frames import python_settings
+
+        given.update(python_settings(spark, parsed))
+    return spark.readStream.format("plateau").options(**given).load()

@@ -25,6 +25,8 @@ from pathlib import Path
 from typing import Any, Literal
 
 from plateau.protocol import MAX_PAGE_SIZE
+from plateau.protocol.archive import ArchiveUrl
+from plateau.protocol.errors import InvalidInput
 from plateau.protocol.names import NAME_PATTERN
 
 EARLIEST = -2  # Kafka's: a partition's first index still stored
@@ -38,6 +40,20 @@ OffsetSpec = Literal["earliest", "latest"] | dict[str, int]
 
 class OptionError(ValueError):
     """A bad option; the message names it."""
+
+
+@dataclass(frozen=True)
+class ArchiveS3:
+    """How the Python readers reach the archive (pyarrow's S3 client); ``None`` fields
+    fall back to the standard AWS environment. ``read_topic``/``read_stream`` fill them
+    from Spark's ``fs.s3a.*`` settings, so the S3A settings stay the only ones to give."""
+
+    endpoint: str | None = None
+    region: str | None = None
+    path_style: bool = False
+    access_key: str | None = None
+    secret_key: str | None = None
+    session_token: str | None = None
 
 
 @dataclass(frozen=True)
@@ -63,6 +79,8 @@ class SourceOptions:
     path: str | None = None
     url: str | None = None
     token: str | None = None
+    archive: str | None = None  # the archive's root as "bucket/prefix" (s3a:// left off)
+    archive_s3: ArchiveS3 = ArchiveS3()
     partitions: PartitionChoice = PartitionChoice()
     starting: OffsetSpec = "earliest"
     ending: OffsetSpec = "latest"
@@ -90,6 +108,13 @@ KNOWN = {
     "path": "a node's data directory (read-only is enough)",
     "url": "a node's HTTP address, e.g. http://plateau-a.ns:3030",
     "token": f"the node's read token (url mode; default: ${TOKEN_ENV})",
+    "archive": "the topic's object-storage archive, s3a://bucket/prefix: the whole history",
+    "archive.endpoint": "format('plateau'): the archive's S3 endpoint (read_topic: fs.s3a.*)",
+    "archive.region": "format('plateau'): the archive's S3 region",
+    "archive.pathstyle": "format('plateau'): true for path-style S3 requests",
+    "archive.accesskey": "format('plateau'): S3 access key (default: $AWS_ACCESS_KEY_ID)",
+    "archive.secretkey": "format('plateau'): S3 secret key (default: $AWS_SECRET_ACCESS_KEY)",
+    "archive.sessiontoken": "format('plateau'): S3 session token (default: $AWS_SESSION_TOKEN)",
     "topic": "the topic to read",
     "partitions": "partition names, comma-separated or a JSON list, or regex:<pattern>",
     "startingoffsets": 'earliest, latest or JSON {"partition": index}; -2 earliest, -1 latest',
@@ -151,6 +176,15 @@ def parse(options: Mapping[str, Any]) -> SourceOptions:
         path=path,
         url=url.rstrip("/") if url else None,
         token=_token(opts) if url else None,
+        archive=_archive(opts),
+        archive_s3=ArchiveS3(
+            endpoint=_text(opts, "archive.endpoint"),
+            region=_text(opts, "archive.region"),
+            path_style=_bool(opts, "archive.pathstyle", "archive.pathStyle", default=False),
+            access_key=_text(opts, "archive.accesskey"),
+            secret_key=_text(opts, "archive.secretkey"),
+            session_token=_text(opts, "archive.sessiontoken"),
+        ),
         partitions=_partitions(opts),
         starting=_offsets(opts, "startingoffsets", "startingOffsets", ending=False),
         ending=_offsets(opts, "endingoffsets", "endingOffsets", ending=True),
@@ -174,6 +208,17 @@ def _text(opts: dict[str, Any], key: str) -> str | None:
         return None
     text = str(value).strip()
     return text or None
+
+
+def _archive(opts: dict[str, Any]) -> str | None:
+    """``s3a://bucket/prefix`` (or ``s3://``) as ``bucket/prefix``."""
+    text = _text(opts, "archive")
+    if text is None:
+        return None
+    try:
+        return ArchiveUrl.parse(text).root()
+    except InvalidInput as e:
+        raise OptionError(f"option 'archive': {e} (like s3a://bucket/prefix)") from None
 
 
 def _token(opts: dict[str, Any]) -> str | None:

@@ -53,7 +53,8 @@ def read_file_slices(
         if buffer is None:
             report_loss(options, piece.partition, Span(piece.start, piece.end))
         elif piece.format == "parquet":
-            yield from _parquet(pq.ParquetFile(pa.BufferReader(buffer)), piece, options, target)
+            source = pq.ParquetFile(pa.BufferReader(buffer))
+            yield from parquet_slice(source, piece, options, target)
         else:
             yield from _arrow(buffer, piece, options, target)
 
@@ -87,7 +88,7 @@ def _group_in_time(meta: pq.RowGroupMetaData, column: int, options: SourceOption
     return not (options.ending_ms is not None and lo >= options.ending_ms)
 
 
-def _parquet(
+def parquet_slice(
     source: pq.ParquetFile, piece: Slice, options: SourceOptions, target: pa.Schema
 ) -> Iterator[pa.RecordBatch]:
     schema = source.schema_arrow

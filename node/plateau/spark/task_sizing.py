@@ -57,8 +57,8 @@ def column_bytes(path: str, fmt: str) -> tuple[dict[str, int], int]:
 def read_share(pieces: Sequence[Slice], target: pa.Schema, bounded: bool) -> float:
     """The fraction of a stored row the read of ``target`` moves (1.0 when unknown)."""
     for piece in pieces:
-        if piece.file is None or piece.format is None:
-            continue
+        if piece.file is None or piece.format not in ("parquet", "arrow"):
+            continue  # a url slice or an archived object: nothing to measure here
         try:
             sizes, rows = column_bytes(piece.file, piece.format)
         except (OSError, pa.ArrowException):

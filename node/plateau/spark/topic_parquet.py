@@ -21,19 +21,22 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pyarrow as pa
 from pyspark.sql import Column, DataFrame, SparkSession
 from pyspark.sql import functions as F
 from pyspark.sql.pandas.types import from_arrow_schema
 
+from plateau.spark.archive_plan import ARCHIVED
 from plateau.spark.merge import INDEX, PARTITION, TIME, TIME_COLUMN, topic_fields, wanted
-from plateau.spark.options import OptionError, parse
+from plateau.spark.options import OptionError, SourceOptions, parse
 from plateau.spark.path_listing import VolumeListing, files_schema
 from plateau.spark.plan import Slice, batch_ranges, chosen, plan
 from plateau.spark.topic_frames import as_timestamp, frame_within_time
 
 FILE = F.col("_metadata.file_path")
 FIRST_INDEX = F.regexp_extract(FILE, r"/(\d+)-\d+\.parquet$", 1).cast("long")
-PARTITION_DIR = F.regexp_extract(FILE, r"/([^/]+)/\d+-\d+\.parquet$", 1)
+# a volume's <partition>/<first>-<id>.parquet, an archive's partition=<p>/<first>-<last>.parquet
+PARTITION_DIR = F.regexp_extract(FILE, r"/(?:partition=)?([^/]+)/\d+-\d+\.parquet$", 1)
 
 
 def read_topic(spark: SparkSession, raw: Mapping[str, Any]) -> DataFrame:
@@ -46,16 +49,27 @@ def read_topic(spark: SparkSession, raw: Mapping[str, Any]) -> DataFrame:
     listing = VolumeListing(options)
     ranges = batch_ranges(listing, options)
     pieces = plan(listing, ranges, options)
-    formats = {s.format or "" for s in pieces} | {listing.format}
-    if formats != {"parquet"}:
-        other = sorted(formats - {"parquet"})[0]
-        raise OptionError(
-            f"option 'topic': {options.topic!r} stores {other} segments; read_topic "
-            f"reads parquet segments only, use spark.read.format('plateau') for it"
-        )
+    only_parquet(options, {s.format or "" for s in pieces} | {listing.format})
     # the files read tell the columns: a range read opens a few footers, not every one
     read = [(s.file, s.format or "parquet") for s in pieces if s.file]
     data = files_schema(read) if read else listing.schema(sorted(chosen(listing.spans(), options)))
+    return parquet_frame(spark, options, pieces, data)
+
+
+def only_parquet(options: SourceOptions, formats: set[str]) -> None:
+    other = sorted(formats - {"parquet", ARCHIVED})
+    if other:
+        raise OptionError(
+            f"option 'topic': {options.topic!r} stores {other[0]} segments; read_topic "
+            f"reads parquet segments only, use spark.read.format('plateau') for it"
+        )
+
+
+def parquet_frame(
+    spark: SparkSession, options: SourceOptions, pieces: list[Slice], data: pa.Schema
+) -> DataFrame:
+    """The slices' files (a volume's segments, archived objects) read by Spark's Parquet
+    reader, with the meta columns ``options`` asks for, ``data``'s columns."""
     columns = wanted(data, options)
     data_fields = topic_fields(data)
     files = sorted({s.file for s in pieces if s.file})
@@ -98,11 +112,18 @@ def _within_slices(df: DataFrame, pieces: list[Slice]) -> DataFrame:
     if not cut:
         return df
     name, row = F.col("_metadata.file_name"), F.col("_metadata.row_index")
-    keep = ~name.isin([Path(s.file or "").name for s in cut])
+    path = F.col("_metadata.file_path")
+
+    def same_file(s: Slice) -> Column:
+        # an archived object's name repeats in every partition: its whole path is unique
+        file = s.file or ""
+        return path.eqNullSafe(file) if s.format == ARCHIVED else name.eqNullSafe(Path(file).name)
+
+    local = [Path(s.file or "").name for s in cut if s.format != ARCHIVED]
+    remote = [s.file for s in cut if s.format == ARCHIVED]
+    keep = ~(name.isin(local) | path.isin(remote))
     for s in cut:
         keep = keep | (
-            (name == Path(s.file or "").name)
-            & (row >= s.start - s.first_index)
-            & (row < s.end - s.first_index)
+            same_file(s) & (row >= s.start - s.first_index) & (row < s.end - s.first_index)
         )
     return df.where(keep)

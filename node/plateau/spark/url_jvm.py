@@ -132,18 +132,39 @@ def read_url(spark: SparkSession, raw: Mapping[str, Any]) -> DataFrame:
         data = merge_schemas(samples)
     except SchemaConflict as e:
         raise OptionError(str(e)) from None
-    columns = wanted(data, options)
+    wanted(data, options)  # an unknown column fails here, naming the option
+    why = refused(spark, data, samples)
+    if why is not None:
+        return python_read(spark, raw, options, why)
+    return url_frame(spark, options, pieces, data)
+
+
+def refused(spark: SparkSession, data: pa.Schema, samples: Sequence[pa.Schema]) -> str | None:
+    """Why this read cannot go through the JVM reader (None: it can)."""
     why = why_not(data, samples)
     if why is None and not on_classpath(spark):
         why = f"plateau's jar is not on the session's classpath (spark.jars={JAR})"
-    if why is not None:
-        log.warning("read_topic over %s: %s; reading through format('plateau')", options.url, why)
-        given = {k: v for k, v in raw.items() if v is not None}
-        if options.token:
-            # as resolved here: $PLATEAU_TOKEN is this process's, and format("plateau")
-            # plans in a Python worker that has the JVM's environment, not this one's
-            given["token"] = options.token
-        return spark.read.format("plateau").options(**given).load()
+    return why
+
+
+def python_read(
+    spark: SparkSession, raw: Mapping[str, Any], options: SourceOptions, why: str
+) -> DataFrame:
+    """The same read through ``format("plateau")``: same rows, slower."""
+    log.warning("read_topic over %s: %s; reading through format('plateau')", options.url, why)
+    given = {k: v for k, v in raw.items() if v is not None}
+    if options.token:
+        # as resolved here: $PLATEAU_TOKEN is this process's, and format("plateau")
+        # plans in a Python worker that has the JVM's environment, not this one's
+        given["token"] = options.token
+    return spark.read.format("plateau").options(**given).load()
+
+
+def url_frame(
+    spark: SparkSession, options: SourceOptions, pieces: Sequence[Slice], data: pa.Schema
+) -> DataFrame:
+    """The url slices ``pieces`` read by the JVM reader, as ``data``'s columns."""
+    columns = wanted(data, options)
     fields = topic_fields(data)
     table = pa.schema([*fields, META_ARROW.field(PARTITION), META_ARROW.field(INDEX)])
     df = (
