@@ -9,8 +9,10 @@ are read locally even when archived: cheaper.
 How an archived segment is read: the first time, one HEAD and one ranged GET of its
 Parquet footer (kept for ``FOOTERS`` objects); then ranged GETs of only the row groups
 and columns a read needs (the data focus's columns, plus ``time`` for a time range).
-Decoded row groups are kept within ``storage.archive.read_cache_bytes``, least recently
-used out, so consecutive pages of one segment fetch each row group once. Segments whose
+Decoded row groups are kept within ``storage.archive.read_cache_bytes`` (the memory
+budget's ``archive_cache`` part), least recently used out, so consecutive pages of one
+segment fetch each row group once (and one still kept is served after its object
+expired). Segments whose
 time bounds (the manifest's) miss a read's time range are not opened; row groups whose
 ``time`` statistics miss it are not fetched.
 
