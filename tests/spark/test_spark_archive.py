@@ -22,23 +22,22 @@ import plateau.spark
 from plateau.client import PlateauClient
 from plateau.protocol.archive import ArchiveManifest, manifest_key
 from testkit.nodeproc import NodeProcess
-from testkit.s3server import ADMIN, S3Server, weed_binary
+from testkit.s3server import ADMIN, S3Server
 from tests.spark.topics import STEP_MS, T0_MS, expected_time, rows, value, wait_sealed
 
 TOPIC = "hist"
 PARTS = ["0", "1"]
 SEGMENT = 100
-SEALED = 1200  # per partition, in 100-row appends: 12 segments
+SEALED = 800  # per partition, in 100-row appends: 8 segments
 OPEN = 37  # appended after, unsealed: only the node has them
 BUCKET = "spark-archive"
 
 
 @pytest.fixture(scope="module")
-def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    server = S3Server(tmp_path_factory.mktemp("s3"), weed_binary()).start()
-    server.create_bucket(BUCKET)
-    yield server
-    server.kill()
+def s3(s3server: S3Server) -> S3Server:
+    """The session's SeaweedFS (tests/conftest.py), with this module's bucket."""
+    s3server.create_bucket(BUCKET)
+    return s3server
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +59,7 @@ def archived_node(
     with PlateauClient(node.url) as c:
         c.put_topic(
             TOPIC, partitions=len(PARTS), segment_format="parquet", segment_max_rows=SEGMENT,
-            segment_max_age_seconds=3600, max_bytes=16_000, archive={"enabled": True},
+            segment_max_age_seconds=3600, max_bytes=10_000, archive={"enabled": True},
         )  # fmt: skip
         for start in range(0, SEALED, SEGMENT):  # in turns: retention takes the oldest first
             for p in PARTS:
@@ -175,14 +174,14 @@ def test_bounds(archived_node: NodeProcess, spark: Any) -> None:
     archive = f"s3a://{BUCKET}/pfx"
     df = plateau.spark.read_topic(
         spark, url=archived_node.url, topic=TOPIC, archive=archive, partitions="1",
-        startingOffsets=json.dumps({"1": 150}), endingOffsets=json.dumps({"1": 1210}),
+        startingOffsets=json.dumps({"1": 150}), endingOffsets=json.dumps({"1": SEALED + 10}),
     )  # fmt: skip
-    check_rows(df, {"1": range(150, 1210)})
+    check_rows(df, {"1": range(150, SEALED + 10)})
     df = plateau.spark.read_topic(
         spark, path=str(archived_node.data_dir), topic=TOPIC, archive=archive,
-        startingTimestamp=str(T0_MS + 250 * STEP_MS), endingTimestamp=str(T0_MS + 1050 * STEP_MS),
+        startingTimestamp=str(T0_MS + 250 * STEP_MS), endingTimestamp=str(T0_MS + 650 * STEP_MS),
     )  # fmt: skip
-    check_rows(df, {p: range(250, 1050) for p in PARTS})
+    check_rows(df, {p: range(250, 650) for p in PARTS})
 
 
 def test_plain_spark_reads_the_archive(archived_node: NodeProcess, spark: Any) -> None:

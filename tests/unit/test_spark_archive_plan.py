@@ -104,3 +104,13 @@ def test_footer_alone_gives_the_schema() -> None:
     assert footer_schema(data[-4096:], "f").names == ["v", "s"]
     with pytest.raises(ValueError):
         footer_schema(data[-12:], "f")  # the footer is longer: its length is asked for
+
+
+def test_archive_option_is_checked() -> None:
+    from plateau.spark.options import OptionError
+
+    assert parse({"url": "http://n", "topic": "t", "archive": "s3://b/p/"}).archive == "b/p"
+    assert parse({"url": "http://n", "topic": "t", "archive": "s3a://b"}).archive == "b"
+    for bad in ("http://b/p", "s3a://", "b/p"):
+        with pytest.raises(OptionError, match="option 'archive'"):
+            parse({"url": "http://n", "topic": "t", "archive": bad})
