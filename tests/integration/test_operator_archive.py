@@ -19,7 +19,7 @@ import pytest
 
 from plateau.client import PlateauClient
 from plateau.client.errors import NotFoundError
-from testkit.kubeapi import KubeApi
+from testkit.kubeapi import ROOT, KubeApi
 from testkit.nodeproc import NodeProcess
 from testkit.operatorproc import (
     NODE_TOKEN,
@@ -105,6 +105,13 @@ def test_a_node_archive_is_defaulted(kube: KubeApi) -> None:
                                         "secretAccessKeyKey": "AWS_SECRET_ACCESS_KEY"}  # fmt: skip
     wide = kube.kubectl("get", "pn", "good", "-n", "default", "-o", "wide").stdout
     assert "plateau.archive-1" in wide  # the ARCHIVE column (priority 1)
+
+
+def test_the_archive_example_is_accepted(kube: KubeApi) -> None:
+    example = ROOT / "examples" / "archive" / "plateaunode.yaml"
+    r = kube.kubectl("apply", "-n", "default", "-f", str(example), check=False)
+    assert r.returncode == 0, r.stderr
+    assert get(kube, "pt", "events", "default")["spec"]["archive"] == {"enabled": True}
 
 
 @pytest.mark.parametrize(
