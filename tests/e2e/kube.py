@@ -272,9 +272,10 @@ def spark_submit(
     conf: list[str],
     job: list[str],
     service_account: str = "plateau-spark",
+    app: str = "local:///opt/plateau/examples/spark_job.py",
 ) -> tuple[dict[str, Any], str]:
-    """examples/spark_job.py by spark-submit in cluster mode with ``conf`` (last wins over
-    the small defaults here): the report line of its driver and the driver's log."""
+    """``app`` (examples/spark_job.py) by spark-submit in cluster mode with ``conf`` (last
+    wins over the small defaults here): the report line of its driver and the driver's log."""
     import sys
 
     submit = [
@@ -292,7 +293,7 @@ def spark_submit(
         "--conf", "spark.driver.memory=512m", "--conf", "spark.executor.memory=512m",
         "--conf", "spark.kubernetes.submission.waitAppCompletion=true",
         *conf,
-        "local:///opt/plateau/examples/spark_job.py",
+        app,
         *job,
     ]  # fmt: skip
     ns.run("delete", "pod", driver, "--ignore-not-found", "--wait=true", check=False)
