@@ -40,7 +40,7 @@ import pytest
 from plateau.protocol import ARROW_FILE, SPAN_END_HEADER
 from plateau.protocol.archive import ArchiveManifest, manifest_key, parse_segment_name
 from testkit.nodeproc import NodeProcess, metric_values
-from testkit.s3server import ADMIN, S3Keys, S3Server, weed_binary
+from testkit.s3server import ADMIN, READER, S3Keys, S3Server, weed_binary
 
 T0 = 1_700_000_000_000
 REQUEST = re.compile(rb"(GET|PUT|POST|HEAD|DELETE) (/\S*) HTTP/1\.1\r\n")
@@ -192,9 +192,15 @@ def random_rows(n: int, first_id: int) -> bytes:
 
 
 def post(c: httpx.Client, partition: str, body: bytes) -> httpx.Response:
-    return c.post(
-        f"/topic/ev/partition/{partition}", content=body, headers={"content-type": ARROW_FILE}
-    )
+    """Append, waiting out the partition's 429 while its previous segment is being sealed
+    (a 429 ArchiveBehind is returned: the archive is what the tests look at)."""
+    headers = {"content-type": ARROW_FILE}
+    deadline = time.monotonic() + 30
+    while True:
+        r = c.post(f"/topic/ev/partition/{partition}", content=body, headers=headers)
+        if r.status_code != 429 or "ArchiveBehind" in r.text or time.monotonic() > deadline:
+            return r
+        time.sleep(0.05)
 
 
 def listing(s3: S3Server, bucket: str) -> dict[str, list[tuple[int, int]]]:
@@ -340,5 +346,80 @@ def test_kill_between_upload_and_manifest_update(
         assert uploads_ok(node) == (2 if window == "uploaded-not-recorded" else 1)
         ids, _ = read_ids(node, "0", 1001)
         assert ids == list(range(1001))
+    finally:
+        node.stop()
+
+
+def fill_bucket(s3: S3Server, bucket: str) -> None:
+    """A full bucket, SeaweedFS's way: a 1 MB quota, 2 MB in it, the quota enforced (which
+    makes the bucket refuse writes, as ``s3.bucket.quota.enforce`` does for a bucket over
+    its quota)."""
+    s3.shell(f"s3.bucket.quota -name={bucket} -op=set -sizeMB=1")
+    with s3.filesystem().open_output_stream(f"{bucket}/filler") as out:
+        out.write(os.urandom(2 << 20))
+    # the bucket's size reaches the filer's statistics within a moment
+    wait_for(lambda: "read only" in s3.shell("s3.bucket.quota.enforce -apply"), 30, "enforced")
+
+
+@pytest.mark.parametrize(
+    ("fault", "state"),
+    [
+        ("wrong keys", "Unauthorized"),
+        ("read-only keys", "Unauthorized"),
+        ("missing bucket", "BucketNotFound"),
+        ("full bucket", "Behind"),  # SeaweedFS refuses with a 500 InternalError: retried
+    ],
+)
+def test_refused_archive_is_reported_and_the_node_keeps_serving(
+    tmp_path: Path, s3: S3Server, bucket: str, fault: str, state: str
+) -> None:
+    keys, target = ADMIN, bucket
+    if fault == "wrong keys":
+        keys = S3Keys("nobody", "wrong-secret")
+    elif fault == "read-only keys":
+        keys = READER
+    elif fault == "missing bucket":
+        target = f"{bucket}-missing"
+    else:
+        fill_bucket(s3, bucket)
+    node = start_node(tmp_path, s3.endpoint, target, keys)
+    try:
+        make_topic(node, max_rows=100)
+        with node.client() as c:
+            for i in range(4):  # three sealed segments and an open one
+                r = post(c, "0", random_rows(100 if i < 3 else 1, i * 100))
+                assert r.status_code == 200, r.text
+
+        def reported(lag: int = 3) -> bool:
+            a = archive_of(node)
+            return bool(a["state"] == state and a["lag_segments"] == lag)
+
+        wait_for(reported, 60, f"state {state}", node)
+        a = archive_of(node)
+        assert a["message"] and a["uploaded_segments"] == 0
+        part = a["partitions"]["0"]
+        assert (part["start"], part["end"], part["segments"]) == (0, 301, 4)  # all kept
+        failures = metric_values(node.url, "plateau_archive_failures_total")
+        assert failures[(("reason", state), ("topic", "ev"))] >= 1
+        # it keeps serving: reads of everything, and appends (the budget is far from full)
+        ids, _ = read_ids(node, "0", 301)
+        assert ids == list(range(301))
+        with node.client() as c:
+            assert post(c, "0", random_rows(1, 301)).status_code == 200
+        # backing off, not looping: a few attempts in 3 s (retry_max_seconds is 2)
+        before = sum(metric_values(node.url, "plateau_archive_failures_total").values())
+        time.sleep(3)
+        after = sum(metric_values(node.url, "plateau_archive_failures_total").values())
+        assert after - before <= 4, (before, after)
+        assert listing(s3, bucket) == {}
+        if fault == "missing bucket":  # never created, though SeaweedFS would on a PUT
+            info = s3.filesystem().get_file_info(target)
+            assert info.type == pafs.FileType.NotFound
+        # and it restarts cleanly into the same state, with its data
+        assert node.stop() == 0
+        node.start()
+        # the open segment was sealed at the stop: four wait now
+        wait_for(lambda: reported(4), 60, f"state {state} after a restart", node)
+        assert archive_of(node)["partitions"]["0"]["end"] == 302
     finally:
         node.stop()
