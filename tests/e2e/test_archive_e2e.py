@@ -9,7 +9,10 @@ a Spark-on-Kubernetes job (``plateau spark-conf --mode url``'s settings, S3A inc
 reads the whole history through ``read_topic(archive=...)``: its count and sum equal
 what the producer was acknowledged, each index once.
 
-Small on purpose (a few tens of MB, one Spark job): it runs in every CI run.
+Small on purpose (a few tens of MB, one Spark job): it runs in every CI run. On the
+project's cluster the test builds and loads the SeaweedFS and Spark images itself; on a
+cluster of yours (``KUBECONFIG``, kind) load them first (images/Dockerfile.seaweedfs,
+images/Dockerfile.spark; names from ``PLATEAU_SEAWEEDFS_IMAGE`` and ``PLATEAU_SPARK_IMAGE``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ NODE = "archived"
 POD = f"plateau-{NODE}-0"
 TOPIC = "events"
 BUDGET = 4 << 20  # examples/archive/plateaunode.yaml: retention.maxBytes 4Mi
+DEFAULT_SEAWEEDFS_IMAGE = "localhost/plateau-seaweedfs:dev"  # examples/archive/seaweedfs.yaml
 PRODUCE_BYTES = 5 * BUDGET  # Arrow bytes the producer writes (random hex: ~half that in Parquet)
 
 # Runs in the node's pod: appends batches of rows numbered from FIRST to the topic's two
@@ -59,16 +63,15 @@ print(json.dumps({"rows": rows, "sum_n": total, "shed": shed, "arrow_bytes": wri
 """
 
 
-def build_and_load(local: bool, *args: str) -> str:
+def build_and_load(*args: str) -> str:
     """``images/build ARGS`` imported into the local cluster; the image's name."""
     proc = subprocess.run([str(ROOT / "images" / "build"), *args], capture_output=True,
                           text=True, timeout=1800, check=False)  # fmt: skip
     assert proc.returncode == 0, f"images/build {' '.join(args)}: {proc.stderr[-3000:]}"
     archive = proc.stdout.strip().splitlines()[-1]
-    if local:
-        load = subprocess.run([str(CLUSTER), "load-image", archive], capture_output=True,
-                              text=True, timeout=600, check=False)  # fmt: skip
-        assert load.returncode == 0, load.stderr[-3000:]
+    load = subprocess.run([str(CLUSTER), "load-image", archive], capture_output=True,
+                          text=True, timeout=600, check=False)  # fmt: skip
+    assert load.returncode == 0, load.stderr[-3000:]
     # <repo with / and : as _>_<tag>-<key>.oci.tar, as images/build names its archives
     tag = Path(archive).name.removesuffix(".oci.tar").rsplit("-", 1)[0].rsplit("_", 1)[1]
     repo = "localhost/plateau-spark" if "--spark" in args else "localhost/plateau-seaweedfs"
@@ -104,9 +107,12 @@ def test_archive_whole_history_through_spark(
     kube: Kube, ns: Kube, local_cluster: Path | None, tmp_path: Path
 ) -> None:
     t0 = time.monotonic()
-    local = local_cluster is not None
-    seaweedfs_image = build_and_load(local, "--seaweedfs", "--content-tag")
-    spark_image = build_and_load(local, "--spark", "--content-tag")
+    if local_cluster is not None:
+        seaweedfs_image = build_and_load("--seaweedfs", "--content-tag")
+        spark_image = build_and_load("--spark", "--content-tag")
+    else:  # a cluster of the user's (kind): the images are loaded already, as README says
+        seaweedfs_image = os.environ.get("PLATEAU_SEAWEEDFS_IMAGE", DEFAULT_SEAWEEDFS_IMAGE)
+        spark_image = os.environ.get("PLATEAU_SPARK_IMAGE", "localhost/plateau-spark:dev")
     emit("archive images", t0, seaweedfs=seaweedfs_image, spark=spark_image)
 
     with installed(kube, f"spark.jobNamespaces={{{ns.namespace}}}"):
