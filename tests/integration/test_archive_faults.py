@@ -423,3 +423,104 @@ def test_refused_archive_is_reported_and_the_node_keeps_serving(
         assert archive_of(node)["partitions"]["0"]["end"] == 302
     finally:
         node.stop()
+
+
+class Producer:
+    """Appends 200-row batches of unique ids to each partition until stopped, keeping what
+    was acknowledged and what was shed (429 ArchiveBehind)."""
+
+    def __init__(self, node: NodeProcess, partitions: int, per_second: float) -> None:
+        self.node, self.interval = node, 1.0 / per_second
+        self.acked: dict[str, set[int]] = {str(p): set() for p in range(partitions)}
+        self.sent: set[int] = set()
+        self.shed = self.errors = 0
+        self._ids = itertools.count(0, 200)
+        self._stop = threading.Event()
+        self._threads = [
+            threading.Thread(target=self._run, args=(p,), daemon=True) for p in self.acked
+        ]
+
+    def start(self) -> Producer:
+        for t in self._threads:
+            t.start()
+        return self
+
+    def stop(self) -> None:
+        self._stop.set()
+        for t in self._threads:
+            t.join(60)
+
+    def _run(self, partition: str) -> None:
+        with httpx.Client(base_url=self.node.url, timeout=30) as c:
+            while not self._stop.wait(self.interval):
+                first = next(self._ids)
+                self.sent.update(range(first, first + 200))
+                try:
+                    r = post(c, partition, random_rows(200, first))
+                except httpx.HTTPError:
+                    self.errors += 1
+                    continue
+                if r.status_code == 200:
+                    self.acked[partition].update(range(first, first + 200))
+                elif r.status_code == 429 and r.json().get("reason") == "ArchiveBehind":
+                    self.shed += 1
+                    assert int(r.headers["retry-after"]) >= 1
+                else:
+                    self.errors += 1
+
+
+@pytest.mark.slow
+def test_s3_down_for_a_minute_during_sustained_ingest(
+    tmp_path: Path, s3: S3Server, bucket: str
+) -> None:
+    node = start_node(tmp_path, s3.endpoint, bucket)
+    max_age = 2
+    try:
+        with node.client() as c:
+            config = {
+                "partitions": 2,
+                "segment": {"format": "parquet", "max_rows": 2000, "max_age_seconds": max_age},
+                "retention": {"max_bytes": 2_000_000},  # about 8 s of this ingest
+                "archive": {"enabled": True},
+            }
+            assert c.put("/admin/topics/ev", json=config).status_code == 201
+        producer = Producer(node, partitions=2, per_second=10).start()  # 2 x 240 KB/s
+        wait_for(lambda: archive_of(node)["uploaded_segments"] >= 4, 60, "uploads", node)
+        before = archive_of(node)["uploaded_segments"]
+        s3.stop()
+        states: set[str] = set()
+        down_until = time.monotonic() + 60
+        while time.monotonic() < down_until:
+            states.add(archive_of(node)["state"])
+            time.sleep(1)
+        shed_while_down = producer.shed
+        s3.start()
+        time.sleep(10)  # ingest goes on with the archive back
+        producer.stop()
+        wait_for(lambda: caught_up(node), 120, "the archive caught up", node)
+        a = archive_of(node)
+        assert a["lag_seconds"] <= max_age + 10 and a["uploaded_segments"] > before
+        assert "Unreachable" in states, states
+        assert shed_while_down > 0, "the budget never filled: appends were not shed"
+        assert producer.errors == 0
+        # every acknowledged record once in the history (archive below the disk, then local)
+        spans = listing(s3, bucket)
+        history_from_archive = 0
+        for p, acked in producer.acked.items():
+            end = a["partitions"][p]["end"]
+            ids, archived = read_ids(node, p, end)
+            history_from_archive += archived
+            assert len(ids) == len(set(ids)), f"partition {p}: an id twice"
+            assert acked <= set(ids), f"partition {p}: acknowledged ids missing"
+            assert set(ids) <= producer.sent
+            # the archive's objects hold exactly the history's records at their indexes
+            for first, stop in spans[p]:
+                key = f"{bucket}/pfx/ev/partition={p}/{first:020d}-{stop - 1:020d}.parquet"
+                table = pq.read_table(key, filesystem=s3.filesystem(), columns=["id"])
+                assert table.column("id").to_pylist() == ids[first:stop]
+        assert history_from_archive > 0  # retention moved history into the archive alone
+        assert_archived_once(s3, bucket, node)
+    finally:
+        node.stop()
+        if s3.proc is None:
+            s3.start()
