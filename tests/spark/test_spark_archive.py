@@ -4,12 +4,14 @@ retention delete them locally): ``read_topic(archive=...)`` in url and path mode
 every appended index exactly once with the topic's columns and meta columns, also within
 offset, time and partition bounds; plain ``spark.read.parquet`` of the archive works on
 its own; a stream from ``earliest`` starts in the archive, goes on at the node and
-neither loses nor repeats a record across a restart from its checkpoint.
+neither loses nor repeats a record across a restart from its checkpoint; reads while
+the node uploads and deletes locally never miss or double an index.
 """
 
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -88,10 +90,10 @@ def s3a_settings(s3: S3Server) -> dict[str, str]:
     }
 
 
-def append(c: PlateauClient, p: str, start: int, end: int) -> None:
+def append(c: PlateauClient, p: str, start: int, end: int, topic: str = TOPIC) -> None:
     for _ in range(600):
         try:
-            span = c.append(TOPIC, p, rows(p, start, end))
+            span = c.append(topic, p, rows(p, start, end))
             assert span.start == start, (span, start)
             return
         except Exception as e:  # ArchiveBehind / busy: the uploader catches up
@@ -227,3 +229,58 @@ def test_stream_from_earliest_starts_in_archive(
     wait_sealed(archived_node.data_dir, TOPIC, dict.fromkeys(PARTS, more))
     run(100_000)  # restarted from the checkpoint: only what is new
     check_rows(spark.read.parquet(str(out / "sink")), full(more))
+
+
+def test_reads_while_the_node_uploads_and_deletes(archived_node: NodeProcess, spark: Any) -> None:
+    """Reads while appends seal segments, the uploader archives them and retention deletes
+    them locally: each read has every index from 0 to at least what was acknowledged
+    before it started, none twice, none missing."""
+    topic = "live"
+    stop = threading.Event()
+    acked = dict.fromkeys(PARTS, 0)
+    errors: list[BaseException] = []
+
+    def appender() -> None:
+        try:
+            with PlateauClient(archived_node.url) as c:
+                while not stop.is_set():
+                    for p in PARTS:
+                        start = acked[p]
+                        append(c, p, start, start + SEGMENT, topic)
+                        acked[p] = start + SEGMENT
+        except BaseException as e:
+            errors.append(e)
+
+    with PlateauClient(archived_node.url) as c:
+        c.put_topic(
+            topic, partitions=len(PARTS), segment_format="parquet", segment_max_rows=SEGMENT,
+            segment_max_age_seconds=3600, max_bytes=8_000, archive={"enabled": True},
+        )  # fmt: skip
+    thread = threading.Thread(target=appender, daemon=True)
+    thread.start()
+    try:
+        while min(acked.values()) == 0 and not errors:  # an empty topic has no columns yet
+            time.sleep(0.05)
+        reads = archived_reads = 0
+        while reads < 3 or min(acked.values()) < 8 * SEGMENT or not archived_reads:
+            before = dict(acked)
+            df = plateau.spark.read_topic(
+                spark, url=archived_node.url, topic=topic, archive=f"s3a://{BUCKET}/pfx",
+                columns="_partition,_index,v",
+            )  # fmt: skip
+            archived_reads += any(f.startswith("s3a://") for f in df.inputFiles())
+            got: dict[str, list[int]] = {p: [] for p in PARTS}
+            for r in df.collect():
+                assert r["v"] == value(r["_partition"], r["_index"]), r
+                got[r["_partition"]].append(r["_index"])
+            for p in PARTS:
+                indexes = sorted(got[p])
+                assert indexes == list(range(len(indexes))), (p, "a gap or a repeat")
+                assert len(indexes) >= before[p], (p, len(indexes), before[p])
+            reads += 1
+            assert not errors, errors
+    finally:
+        stop.set()
+        thread.join(timeout=60)
+    assert not thread.is_alive(), "the appender stalled"
+    assert not errors, errors

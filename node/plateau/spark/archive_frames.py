@@ -19,6 +19,7 @@ settings (``s3_settings``), as ``read_stream`` does for streams.
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -44,6 +45,7 @@ from plateau.spark.url_reading import RemoteListing
 log = logging.getLogger(__name__)
 
 FOOTER_READ = 64 * 1024  # one ranged GET holds most footers
+MANIFEST_ATTEMPTS = 5
 
 
 class HadoopFiles:
@@ -92,10 +94,17 @@ class HadoopFiles:
 def load_manifest(files: HadoopFiles, root: str, topic: str) -> ArchiveManifest:
     """The topic's archive manifest; none yet (nothing uploaded) is an empty one."""
     url = f"{root}/{manifest_key(topic)}"
-    try:
-        data = files.read(url)
-    except Exception as e:  # py4j wraps the JVM's exception: its message says what
-        raise OptionError(f"option 'archive': cannot read {url}: {_java_message(e)}") from None
+    for attempt in range(MANIFEST_ATTEMPTS):
+        try:
+            data = files.read(url)
+            break
+        except Exception as e:  # py4j wraps the JVM's exception: its message says what
+            # S3A opens an object at the version its HEAD saw: the node replacing the
+            # manifest in between fails the read (412); the next attempt sees the new one
+            if attempt + 1 == MANIFEST_ATTEMPTS:
+                why = _java_message(e)
+                raise OptionError(f"option 'archive': cannot read {url}: {why}") from None
+            time.sleep(0.1 * (attempt + 1))
     if data is None:
         log.warning("no archive manifest at %s: nothing archived yet, reading the node only", url)
         return ArchiveManifest(topic=topic, updated_at=0.0)
@@ -115,8 +124,10 @@ def read_with_archive(spark: SparkSession, raw: Mapping[str, Any]) -> DataFrame:
     assert options.archive is not None
     root = f"s3a://{options.archive}"
     files = HadoopFiles(spark)
-    manifest = load_manifest(files, root, options.topic)
+    # the node first: a segment its retention deleted before this listing was archived
+    # before that (archive.required), so the manifest read after it lists the segment
     node = VolumeListing(options) if options.path else RemoteListing(options)
+    manifest = load_manifest(files, root, options.topic)
     listing = ArchiveListing(manifest, node, root, files.schema)
     pieces = plan(listing, batch_ranges(listing, options), options)
     picked = sorted(chosen(listing.spans(), options))

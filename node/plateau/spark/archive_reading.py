@@ -75,6 +75,7 @@ def load_manifest(options: SourceOptions) -> ArchiveManifest:
 
 
 def archive_listing(options: SourceOptions, node: Listing) -> ArchiveListing:
+    """``node`` listed before the manifest is read (see ``archive_frames``: no hole)."""
     fs = filesystem(options.archive_s3)
 
     def schema(path: str, size: int) -> pa.Schema:
