@@ -20,9 +20,12 @@ Three measures, each a ratio or a bound within one run (issue 27):
    (verify, SQLite row and manifest object included), against pyarrow's
    ``S3FileSystem`` (the node's client, same settings: background writes, 8 MiB
    writes, 4 files at once) uploading the topic's segment files, before and after.
+4. that topic's full history through ``plateau.spark.read_topic(archive=...)`` against
+   ``spark.read.parquet`` of the objects its manifest lists (bench/archive_spark.py).
 
-The S3 server runs on the same machine (in production it is elsewhere): its CPU is
-reported (``s3_server_cpu_cores``) since on 2 cores it competes with the node.
+The S3 server runs on the same machine (in production it is elsewhere): its data
+goes to ``--s3-dir`` (tmpfs by default) so that it does not share the node's disk, and
+its CPU is reported (``s3_server_cpu_cores``) since on 2 cores it competes with the node.
 Progress on stderr; the last stdout line is one JSON object (bench/README.md).
 """
 
@@ -30,8 +33,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
+import shutil
 import statistics
 import sys
+import tempfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -60,6 +66,7 @@ from common import (
     make_bodies,
     make_data_dir,
     percentile,
+    usage,
 )
 from ingest import DISTINCT_BODIES, Phase, run_phase
 from testkit.nodeproc import NodeProcess
@@ -155,6 +162,7 @@ def ingest_pairs(
             result: dict[str, Any] = {}
             for topic, archived in order if i % 2 == 0 else order[::-1]:
                 s3_before = sum(s3.cpu_times()[:2])
+                reads_before = usage(node.pid).read_bytes
                 sampler.on.set() if archived else sampler.on.clear()
                 phase: Phase = run_phase(
                     f"pair {i + 1} {'on' if archived else 'off'}",
@@ -171,6 +179,7 @@ def ingest_pairs(
                     topic=topic,
                 )
                 s3_cores = (sum(s3.cpu_times()[:2]) - s3_before) / phase.elapsed_s
+                reads = (usage(node.pid).read_bytes - reads_before) / phase.elapsed_s / 1e6
                 time.sleep(args.max_age + 1)  # the open segments seal by age
                 drain = wait_archived(node.url, ARCHIVED, 300) if archived else None
                 sampler.on.clear()
@@ -179,6 +188,8 @@ def ingest_pairs(
                     "p99_ms": round(phase.p99_ms, 1),
                     "node_cpu_cores": round(phase.node_cpu_s / phase.elapsed_s, 2),
                     "s3_server_cpu_cores": round(s3_cores, 2),
+                    "node_write_mb_per_s": round(phase.node_write_bytes / phase.elapsed_s / 1e6),
+                    "node_read_mb_per_s": round(reads),
                     "errors": phase.errors,
                     "rejected_429": phase.rejected_429,
                     **({"drain_s": round(drain, 1)} if drain is not None else {}),
@@ -212,6 +223,13 @@ def ingest_pairs(
             "within_target": percentile(record_lag, 99) <= bound,
         },
     }
+
+
+def read_manifest(server: S3Server, topic: str) -> dict[str, Any]:
+    fs = server.filesystem()
+    with fs.open_input_stream(f"{BUCKET}/pfx/{topic}/_plateau_archive.json") as f:
+        doc: dict[str, Any] = json.loads(f.read())
+    return doc
 
 
 def plain_upload(server: S3Server, files: list[Path], prefix: str) -> float:
@@ -280,12 +298,14 @@ def upload_throughput(
 def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
     log(f"generating {DISTINCT_BODIES} bodies of {args.rows_per_batch} rows")
     bodies = make_bodies(DISTINCT_BODIES, args.rows_per_batch, compressible=False)
-    server = S3Server(data_dir.parent / "s3").start()
+    s3_root = Path(tempfile.mkdtemp(prefix="plateau-bench-s3-", dir=args.s3_dir))
+    server = S3Server(s3_root / "s3").start()
     server.create_bucket(BUCKET)
     assert server.proc is not None
     log(f"S3 server (SeaweedFS) pid {server.proc.pid} on {server.endpoint}")
     budget, capacity = disk_budget(data_dir, 3 * GiB)
     env = {**ADMIN.env(), "PLATEAU_STORAGE__ARCHIVE__ENDPOINT": server.endpoint}
+    env.update(kv.split("=", 1) for kv in args.node_env)
     node = NodeProcess(
         data_dir,
         env=env,
@@ -314,11 +334,19 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         }
         result.update(ingest_pairs(args, node, server.proc.pid, bodies))
         result["upload"] = upload_throughput(args, node, server, bodies)
+        if args.spark_rounds:
+            import archive_spark
+
+            keys = [s["key"] for s in read_manifest(server, BACKLOG)["segments"]]
+            result["spark"] = archive_spark.measure(
+                node.url, server.endpoint, BUCKET, "pfx", BACKLOG, keys, args.spark_rounds
+            )
         return result
     finally:
         with contextlib.suppress(Exception):
             node.stop(timeout=NODE_STOP_S)
         server.kill()
+        shutil.rmtree(s3_root, ignore_errors=True)
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -330,7 +358,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--clients", type=int, default=4, help="writer threads [4]")
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--rows-per-batch", type=int, default=10_000)
+    ap.add_argument(
+        "--spark-rounds",
+        type=int,
+        default=3,
+        help="rounds of the Spark full-history read of the backlog (0: none) [3]",
+    )
     ap.add_argument("--data-dir", type=Path, default=None, help="[a new temp dir, deleted after]")
+    ap.add_argument(
+        "--s3-dir",
+        type=Path,
+        default=Path("/dev/shm") if Path("/dev/shm").is_dir() else None,
+        help="where the S3 server keeps its data [/dev/shm: off the node's disk, as a remote "
+        "S3 would be]",
+    )
+    ap.add_argument(
+        "--node-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra environment for the node (repeatable)",
+    )
     ap.add_argument("--keep", action="store_true", help="keep the data dir and logs")
     return ap.parse_args(argv)
 
