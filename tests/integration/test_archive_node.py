@@ -13,10 +13,28 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+import pytest
 
 from testkit.nodeproc import NodeProcess, free_port, metric_values
 from testkit.s3server import ADMIN, S3Server
 from tests.integration.test_archive_upload import T0, read_manifest, wait_for
+
+_roots = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
+def module_bucket(s3server: S3Server, request: pytest.FixtureRequest) -> str:
+    """One bucket for the module, each test under its own prefix: a SeaweedFS server gives
+    every bucket volumes of its own, and a session of many buckets runs out of them."""
+    stem = request.module.__name__.rsplit(".", 1)[-1].replace("_", "-")
+    return s3server.create_bucket(f"m{next(_roots):03d}-{stem}"[:63])
+
+
+@pytest.fixture
+def s3root(module_bucket: str, request: pytest.FixtureRequest) -> str:
+    """``bucket/prefix`` of this test's archive."""
+    stem = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())
+    return f"{module_bucket}/{next(_roots):04d}-{stem}"[:200]
 
 
 def test_node_refuses_archive_without_url_and_changes_nothing(tmp_path: Path) -> None:
@@ -38,16 +56,14 @@ def test_node_refuses_archive_without_url_and_changes_nothing(tmp_path: Path) ->
 
 
 def test_node_archives_what_it_acknowledges(
-    tmp_path: Path, s3server: S3Server, s3bucket: str
+    tmp_path: Path, s3server: S3Server, s3root: str
 ) -> None:
     env = {
         **ADMIN.env(),
         "PLATEAU_STORAGE__ARCHIVE__ENDPOINT": s3server.endpoint,
         "PLATEAU_STORAGE__ARCHIVE__RETRY_MAX_SECONDS": "1",
     }
-    node = NodeProcess(
-        tmp_path / "data", env=env, args=["--archive-url", f"s3://{s3bucket}/pfx"]
-    ).start()
+    node = NodeProcess(tmp_path / "data", env=env, args=["--archive-url", f"s3://{s3root}"]).start()
     try:
         with node.client() as c:
             r = c.put(
@@ -70,18 +86,18 @@ def test_node_archives_what_it_acknowledges(
 
             wait_for(archived, what="4 segments archived")
             usage = c.get("/admin/topics/ev").json()["usage"]
-            assert usage["archive"]["url"] == f"s3://{s3bucket}/pfx/ev"
+            assert usage["archive"]["url"] == f"s3://{s3root}/ev"
             assert usage["partitions"]["0"]["archive"]["start"] == 0
             assert usage["partitions"]["0"]["archive"]["end"] == 200
             ok = metric_values(node.url, "plateau_archive_uploads_total")
             assert ok[(("result", "ok"), ("topic", "ev"))] == 4
-        doc = read_manifest(s3server.filesystem(), s3bucket, "ev")
+        doc = read_manifest(s3server.filesystem(), s3root, "ev")
         assert [(s.start, s.end) for s in doc.segments] == [(i * 50, i * 50 + 50) for i in range(4)]
     finally:
         node.stop()
 
 
-def test_node_sheds_archive_behind_with_retry_after(tmp_path: Path, s3bucket: str) -> None:
+def test_node_sheds_archive_behind_with_retry_after(tmp_path: Path, s3root: str) -> None:
     """Over HTTP: an unreachable archive and a full budget give 429, Retry-After and reason
     ArchiveBehind, while the topic keeps every acknowledged record."""
     env = {
@@ -90,9 +106,7 @@ def test_node_sheds_archive_behind_with_retry_after(tmp_path: Path, s3bucket: st
         "PLATEAU_STORAGE__ARCHIVE__RETRY_MAX_SECONDS": "1",
         "PLATEAU_STORAGE__RETENTION_INTERVAL_SECONDS": "0.2",
     }
-    node = NodeProcess(
-        tmp_path / "data", env=env, args=["--archive-url", f"s3://{s3bucket}/pfx"]
-    ).start()
+    node = NodeProcess(tmp_path / "data", env=env, args=["--archive-url", f"s3://{s3root}"]).start()
     try:
         with node.client() as c:
             r = c.put(
@@ -138,14 +152,12 @@ def test_node_sheds_archive_behind_with_retry_after(tmp_path: Path, s3bucket: st
 
 
 def test_kill_9_during_uploads_archives_each_segment_once(
-    tmp_path: Path, s3server: S3Server, s3bucket: str
+    tmp_path: Path, s3server: S3Server, s3root: str
 ) -> None:
     """A node killed while it uploads: after the restart every sealed segment is in the
     archive exactly once, contiguous, and the manifest object matches what was sent."""
     env = {**ADMIN.env(), "PLATEAU_STORAGE__ARCHIVE__ENDPOINT": s3server.endpoint}
-    node = NodeProcess(
-        tmp_path / "data", env=env, args=["--archive-url", f"s3://{s3bucket}/pfx"]
-    ).start()
+    node = NodeProcess(tmp_path / "data", env=env, args=["--archive-url", f"s3://{s3root}"]).start()
     n = 0
     try:
         with node.client() as c:
@@ -175,17 +187,17 @@ def test_kill_9_during_uploads_archives_each_segment_once(
     finally:
         node.stop()
     fs = s3server.filesystem()
-    doc = read_manifest(fs, s3bucket, "ev")
+    doc = read_manifest(fs, s3root, "ev")
     spans = [(s.start, s.end) for s in doc.segments]
     assert spans[0][0] == 0 and spans[-1][1] == end >= n - 40
     assert all(a[1] == b[0] for a, b in itertools.pairwise(spans))  # no gap, no overlap
     for seg in doc.segments:
-        data = fs.open_input_stream(f"{s3bucket}/pfx/{seg.key}").read()
+        data = fs.open_input_stream(f"{s3root}/{seg.key}").read()
         assert hashlib.sha256(data).hexdigest() == seg.sha256
         assert pq.read_table(pa.BufferReader(data)).column("v").to_pylist() == list(
             range(seg.start, seg.end)
         )
-    listed = fs.get_file_info(pafs.FileSelector(f"{s3bucket}/pfx/ev/partition=0"))
+    listed = fs.get_file_info(pafs.FileSelector(f"{s3root}/ev/partition=0"))
     assert sorted(i.base_name for i in listed) == sorted(
         s.key.rsplit("/", 1)[1] for s in doc.segments
     )

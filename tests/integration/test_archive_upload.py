@@ -9,6 +9,7 @@ the archive is unreachable; without required, retention goes on and counts.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -32,6 +33,24 @@ from plateau.storage.engine import Engine
 from plateau.storage.metrics import ARCHIVE_DELETED_UNARCHIVED, ARCHIVE_FAILURES, ARCHIVE_UPLOADS
 from testkit.nodeproc import free_port
 from testkit.s3server import ADMIN, READER, S3Keys, S3Server
+
+_roots = itertools.count(1)
+
+
+@pytest.fixture(scope="module")
+def module_bucket(s3server: S3Server, request: pytest.FixtureRequest) -> str:
+    """One bucket for the module, each test under its own prefix: a SeaweedFS server gives
+    every bucket volumes of its own, and a session of many buckets runs out of them."""
+    stem = request.module.__name__.rsplit(".", 1)[-1].replace("_", "-")
+    return s3server.create_bucket(f"m{next(_roots):03d}-{stem}"[:63])
+
+
+@pytest.fixture
+def s3root(module_bucket: str, request: pytest.FixtureRequest) -> str:
+    """``bucket/prefix`` of this test's archive."""
+    stem = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())
+    return f"{module_bucket}/{next(_roots):04d}-{stem}"[:200]
+
 
 EngineFactory = Callable[..., Engine]
 T0 = 1_700_000_000_000
@@ -63,14 +82,14 @@ def make_engine(tmp_path: Path, s3env: None) -> Iterator[EngineFactory]:
         e.close()
 
 
-def unreachable(bucket: str) -> ArchiveSettings:
+def unreachable(root: str) -> ArchiveSettings:
     """An archive whose endpoint refuses connections (a closed port)."""
     closed = f"http://127.0.0.1:{free_port()}"
-    return ArchiveSettings(url=f"s3://{bucket}/pfx", endpoint=closed, retry_max_seconds=1.0)
+    return ArchiveSettings(url=f"s3://{root}", endpoint=closed, retry_max_seconds=1.0)
 
 
-def archive_settings(server: S3Server, bucket: str) -> ArchiveSettings:
-    url = f"s3://{bucket}/pfx"
+def archive_settings(server: S3Server, root: str) -> ArchiveSettings:
+    url = f"s3://{root}"
     return ArchiveSettings(url=url, endpoint=server.endpoint, retry_max_seconds=1.0)
 
 
@@ -123,16 +142,16 @@ def current(e: Engine, name: str) -> bool:
     return usage.archive.state == "Current" and usage.archive.lag_segments == 0
 
 
-def read_manifest(fs: pafs.FileSystem, bucket: str, name: str) -> ArchiveManifest:
-    with fs.open_input_stream(f"{bucket}/pfx/{manifest_key(name)}") as f:
+def read_manifest(fs: pafs.FileSystem, root: str, name: str) -> ArchiveManifest:
+    with fs.open_input_stream(f"{root}/{manifest_key(name)}") as f:
         return ArchiveManifest.model_validate_json(f.read())
 
 
 @pytest.mark.parametrize("fmt", ["arrow", "parquet"])
 def test_sealed_segments_are_archived_as_parquet_with_a_manifest(
-    make_engine: EngineFactory, s3server: S3Server, s3bucket: str, fmt: str
+    make_engine: EngineFactory, s3server: S3Server, s3root: str, fmt: str
 ) -> None:
-    e = make_engine(archive_settings(s3server, s3bucket))
+    e = make_engine(archive_settings(s3server, s3root))
     e.put_topic("ev", topic(fmt))
     for p in ("0", "1"):
         for i in range(3):
@@ -140,12 +159,12 @@ def test_sealed_segments_are_archived_as_parquet_with_a_manifest(
         append(e, "ev", p, rows(1, 300))  # seals [200, 300)
     wait_for(lambda: current(e, "ev"), what="archive current")
     fs = s3server.filesystem()
-    doc = read_manifest(fs, s3bucket, "ev")
+    doc = read_manifest(fs, s3root, "ev")
     got = [(s.partition, s.start, s.end) for s in doc.segments]
     assert got == [(p, i * 100, i * 100 + 100) for p in ("0", "1") for i in range(3)]
     for seg in doc.segments:
         assert seg.key == segment_key("ev", seg.partition, seg.start, seg.end)
-        data = fs.open_input_stream(f"{s3bucket}/pfx/{seg.key}").read()
+        data = fs.open_input_stream(f"{s3root}/{seg.key}").read()
         assert hashlib.sha256(data).hexdigest() == seg.sha256
         assert len(data) == seg.bytes
         table = pq.read_table(pa.BufferReader(data))  # plain pyarrow: no plateau needed
@@ -160,9 +179,9 @@ def test_sealed_segments_are_archived_as_parquet_with_a_manifest(
 
 
 def test_restart_uploads_nothing_already_recorded(
-    make_engine: EngineFactory, s3server: S3Server, s3bucket: str
+    make_engine: EngineFactory, s3server: S3Server, s3root: str
 ) -> None:
-    settings = archive_settings(s3server, s3bucket)
+    settings = archive_settings(s3server, s3root)
     e = make_engine(settings)
     e.put_topic("ev", topic("parquet"))
     for i in range(4):
@@ -173,17 +192,20 @@ def test_restart_uploads_nothing_already_recorded(
     e2 = make_engine(settings)
     append(e2, "ev", "0", rows(100, 400))
     append(e2, "ev", "0", rows(1, 500))  # seals [400, 500)
-    wait_for(lambda: current(e2, "ev"), what="archive current after restart")
+    wait_for(
+        lambda: len(e2._manifest.archived_segments("ev")) == 5 and current(e2, "ev"),
+        what="archive current after restart",
+    )
     # [300, 400) was sealed by close() and [400, 500) after the restart: nothing else
     assert ARCHIVE_UPLOADS.labels("ev", "ok")._value.get() - before == 2
-    doc = read_manifest(s3server.filesystem(), s3bucket, "ev")
+    doc = read_manifest(s3server.filesystem(), s3root, "ev")
     assert [(s.start, s.end) for s in doc.segments] == [(i * 100, i * 100 + 100) for i in range(5)]
 
 
 def test_required_archive_holds_the_footprint_and_sheds_appends(
-    make_engine: EngineFactory, s3server: S3Server, s3bucket: str
+    make_engine: EngineFactory, s3server: S3Server, s3root: str
 ) -> None:
-    dead = unreachable(s3bucket)
+    dead = unreachable(s3root)
     e = make_engine(dead)
     one = rows(100)
     e.put_topic("ev", topic("arrow", max_bytes=20_000))
@@ -213,9 +235,9 @@ def test_required_archive_holds_the_footprint_and_sheds_appends(
 
 
 def test_without_required_retention_goes_on_and_counts(
-    make_engine: EngineFactory, s3server: S3Server, s3bucket: str
+    make_engine: EngineFactory, s3server: S3Server, s3root: str
 ) -> None:
-    dead = unreachable(s3bucket)
+    dead = unreachable(s3root)
     e = make_engine(dead)
     e.put_topic("loose", topic("arrow", max_bytes=20_000, required=False))
     before = ARCHIVE_DELETED_UNARCHIVED.labels("loose")._value.get()
@@ -229,14 +251,12 @@ def test_without_required_retention_goes_on_and_counts(
 
 
 def test_uploader_stress_many_small_segments_archived_exactly_once(
-    make_engine: EngineFactory, s3server: S3Server, s3bucket: str
+    make_engine: EngineFactory, s3server: S3Server, s3root: str
 ) -> None:
     """Several topics sealing small segments fast, four uploads at once: every segment is
     archived once (a second upload of one would count twice), in each partition's order,
     within a bounded time (a stalled uploader fails here, not in production)."""
-    e = make_engine(
-        archive_settings(s3server, s3bucket).model_copy(update={"upload_concurrency": 4})
-    )
+    e = make_engine(archive_settings(s3server, s3root).model_copy(update={"upload_concurrency": 4}))
     names = ["s0", "s1", "s2", "s3"]
     for n in names:
         e.put_topic(n, topic("arrow" if n != "s1" else "parquet", max_rows=20))
@@ -276,7 +296,7 @@ def test_uploader_stress_many_small_segments_archived_exactly_once(
         assert ARCHIVE_UPLOADS.labels(n, "ok")._value.get() - before[n] == len(expected)
 
         def listed(n: str = n) -> bool:
-            doc = read_manifest(fs, s3bucket, n)
+            doc = read_manifest(fs, s3root, n)
             return [(s.partition, s.start, s.end) for s in doc.segments] == expected
 
         wait_for(listed, what=f"{n}'s manifest object")
@@ -303,13 +323,13 @@ def test_archive_faults_are_reported_and_keep_local_data(
     make_engine: EngineFactory,
     tmp_path: Path,
     s3server: S3Server,
-    s3bucket: str,
+    s3root: str,
     keys: S3Keys,
     bucket: str | None,
     state: str,
 ) -> None:
     settings = ArchiveSettings(
-        url=f"s3://{bucket or s3bucket}/pfx",
+        url=f"s3://{bucket}/pfx" if bucket else f"s3://{s3root}",
         endpoint=s3server.endpoint,
         credentials_file=creds_file(tmp_path, keys),
         profile="plateau",
@@ -321,13 +341,15 @@ def test_archive_faults_are_reported_and_keep_local_data(
         try:
             append(e, "ev", "0", rows(100, i * 100))
         except ArchiveBehind as exc:  # the first seal filled the budget: nothing deleted
-            assert state in exc.message
+            assert "behind" in exc.message
 
     def reported() -> bool:
         a = e.topic_usage("ev").archive
         return a is not None and a.state == state
 
     wait_for(reported, what=state)
+    with pytest.raises(ArchiveBehind, match=state):  # the refusal says why
+        e.append("ev", "0", rows(1, 10_000))
     usage = e.topic_usage("ev")
     assert usage.partitions["0"].start == 0  # nothing deleted unarchived
     assert usage.archive is not None and usage.archive.lag_segments >= 1
@@ -339,9 +361,9 @@ def test_archive_faults_are_reported_and_keep_local_data(
 
 
 def test_manifest_object_is_rewritten_from_sqlite_at_start(
-    make_engine: EngineFactory, s3server: S3Server, s3bucket: str
+    make_engine: EngineFactory, s3server: S3Server, s3root: str
 ) -> None:
-    settings = archive_settings(s3server, s3bucket)
+    settings = archive_settings(s3server, s3root)
     e = make_engine(settings)
     e.put_topic("ev", topic("arrow"))
     for i in range(3):
@@ -349,25 +371,25 @@ def test_manifest_object_is_rewritten_from_sqlite_at_start(
     wait_for(lambda: current(e, "ev"), what="archive current")
     e.close()
     fs = s3server.filesystem()
-    fs.delete_file(f"{s3bucket}/pfx/{manifest_key('ev')}")  # as if lost before a crash
+    fs.delete_file(f"{s3root}/{manifest_key('ev')}")  # as if lost before a crash
     e2 = make_engine(settings)
 
     def listed() -> bool:
         try:
-            doc = read_manifest(fs, s3bucket, "ev")
+            doc = read_manifest(fs, s3root, "ev")
         except FileNotFoundError:
             return False
         return [(s.start, s.end) for s in doc.segments] == [(0, 100), (100, 200), (200, 300)]
 
     wait_for(listed, what="the manifest object rewritten")
-    assert e2._manifest.archived_segments("ev") == read_manifest(fs, s3bucket, "ev").segments
+    assert e2._manifest.archived_segments("ev") == read_manifest(fs, s3root, "ev").segments
 
 
 def test_missing_credentials_file_is_reported_not_a_crash(
-    make_engine: EngineFactory, tmp_path: Path, s3server: S3Server, s3bucket: str
+    make_engine: EngineFactory, tmp_path: Path, s3server: S3Server, s3root: str
 ) -> None:
     missing = tmp_path / "not-yet-mounted"
-    settings = archive_settings(s3server, s3bucket).model_copy(update={"credentials_file": missing})
+    settings = archive_settings(s3server, s3root).model_copy(update={"credentials_file": missing})
     e = make_engine(settings)  # starts: the Secret may be mounted later
     e.put_topic("ev", topic("arrow"))
     append(e, "ev", "0", rows(100))

@@ -396,13 +396,15 @@ class Engine:
         if used < budget:
             return
         state = self.archive_status.state(t.name)
-        why = state.message or "uploads are slower than seals"
+        label, why = state.state, state.message
+        if state.state == "Current":  # no upload has failed (yet): they are just not done
+            label, why = "Behind", "uploads have not caught up with seals yet"
         if self.archive is None:
             why = "this node has no storage.archive.url, so nothing can be archived"
         raise ArchiveBehind(
             f"topic {t.name!r} is at its budget of {budget} bytes and retention may not delete "
             f"what is not archived: the archive is {held[0]} segments / {held[1]} bytes behind "
-            f"({state.state}: {why}); retry when uploads catch up",
+            f"({label}: {why}); retry when uploads catch up",
             retry_after=5.0,
         )
 
