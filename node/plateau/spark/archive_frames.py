@@ -44,7 +44,7 @@ from plateau.spark.url_reading import RemoteListing
 
 log = logging.getLogger(__name__)
 
-FOOTER_READ = 64 * 1024  # one ranged GET holds most footers
+FOOTER_READ = 16 * 1024  # one ranged GET holds most footers (py4j copies it slowly)
 MANIFEST_ATTEMPTS = 5
 
 
