@@ -138,7 +138,7 @@ class S3Server:
             "-master.electionTimeout=1s",
             f"-volume.port={p['volume']}",
             f"-volume.port.grpc={p['volume'] + 10000}",
-            "-volume.max=0",
+            "-volume.max=1000",  # auto (0: free space / 256 MB) allowed only ~9 buckets here
             "-filer",
             f"-filer.port={p['filer']}",
             f"-filer.port.grpc={p['filer'] + 10000}",
