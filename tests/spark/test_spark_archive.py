@@ -23,8 +23,9 @@ from pyspark.sql import functions as F
 import plateau.spark
 from plateau.client import PlateauClient
 from plateau.protocol.archive import ArchiveManifest, manifest_key
+from plateau.spark.options import OptionError
 from testkit.nodeproc import NodeProcess
-from testkit.s3server import ADMIN, S3Server
+from testkit.s3server import ADMIN, S3Keys, S3Server
 from tests.spark.topics import STEP_MS, T0_MS, expected_time, rows, value, wait_sealed
 
 TOPIC = "hist"
@@ -73,17 +74,17 @@ def archived_node(
     node.stop()
 
 
-def s3a_settings(s3: S3Server) -> dict[str, str]:
+def s3a_settings(s3: S3Server, bucket: str = BUCKET, keys: S3Keys = ADMIN) -> dict[str, str]:
     """S3A's per-bucket settings for the loopback SeaweedFS (as ``plateau spark-conf`` prints
     them for a node's archive)."""
-    base = f"fs.s3a.bucket.{BUCKET}."
+    base = f"fs.s3a.bucket.{bucket}."
     return {
         base + "endpoint": s3.endpoint,
         base + "path.style.access": "true",
         base + "connection.ssl.enabled": "false",
         base + "endpoint.region": "us-east-1",
-        base + "access.key": ADMIN.access_key,
-        base + "secret.key": ADMIN.secret_key,
+        base + "access.key": keys.access_key,
+        base + "secret.key": keys.secret_key,
         base + "aws.credentials.provider": (
             "org.apache.hadoop.fs.s3a.SimpleAWSCredentialsProvider"
         ),
@@ -284,3 +285,39 @@ def test_reads_while_the_node_uploads_and_deletes(archived_node: NodeProcess, sp
         thread.join(timeout=60)
     assert not thread.is_alive(), "the appender stalled"
     assert not errors, errors
+
+
+def test_python_source_takes_archive_options(
+    archived_node: NodeProcess, s3: S3Server, spark: Any
+) -> None:
+    """``format("plateau")`` reads the archive with the ``archive.*`` options (pyarrow's S3
+    client in the Python workers): path mode, where the first indexes are archive-only."""
+    df = (
+        spark.read.format("plateau")
+        .option("path", str(archived_node.data_dir))
+        .option("topic", TOPIC)
+        .option("archive", f"s3://{BUCKET}/pfx")
+        .option("archive.endpoint", s3.endpoint)
+        .option("archive.pathStyle", "true")
+        .option("archive.accessKey", ADMIN.access_key)
+        .option("archive.secretKey", ADMIN.secret_key)
+        .option("endingOffsets", json.dumps(dict.fromkeys(PARTS, SEALED)))
+        .load()
+    )
+    check_rows(df, full(SEALED))
+
+
+def test_refused_credentials_name_the_archive(
+    archived_node: NodeProcess, s3: S3Server, spark: Any
+) -> None:
+    """Keys the S3 server refuses: the read fails at once, naming option 'archive'."""
+    bucket = "spark-archive-refused"
+    s3.create_bucket(bucket)
+    conf = spark.sparkContext._jsc.hadoopConfiguration()
+    for key, val in s3a_settings(s3, bucket, S3Keys("nobody", "wrong-secret")).items():
+        conf.set(key, val)
+    refused = r"option 'archive': cannot read .*(403|Forbidden|Denied)"
+    with pytest.raises(OptionError, match=refused):
+        plateau.spark.read_topic(
+            spark, url=archived_node.url, topic=TOPIC, archive=f"s3a://{bucket}/pfx"
+        )
