@@ -122,8 +122,14 @@ class LagSampler:
         self._stop.set()
         self._thread.join()
 
+    def begin(self) -> None:
+        """An archived phase starts (the archive caught up before it): sample from here."""
+        self._first_seen.clear()
+        self.on.set()
+
     def _appended_at(self, partition: str, index: int, now: float) -> float:
-        """When the partition's end first passed ``index`` (the sample before, to be safe)."""
+        """When the partition's end first passed ``index``: the sample before that (at most
+        ``interval`` early, so the lag errs long), else the phase's first sample."""
         seen = self._first_seen.get(partition, [])
         before = now
         for t, end in reversed(seen):
@@ -163,7 +169,7 @@ def ingest_pairs(
             for topic, archived in order if i % 2 == 0 else order[::-1]:
                 s3_before = sum(s3.cpu_times()[:2])
                 reads_before = usage(node.pid).read_bytes
-                sampler.on.set() if archived else sampler.on.clear()
+                sampler.begin() if archived else sampler.on.clear()
                 phase: Phase = run_phase(
                     f"pair {i + 1} {'on' if archived else 'off'}",
                     "stdlib",
@@ -332,7 +338,8 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
             "duration_s": args.duration,
             "max_age_s": args.max_age,
         }
-        result.update(ingest_pairs(args, node, server.proc.pid, bodies))
+        if args.pairs:
+            result.update(ingest_pairs(args, node, server.proc.pid, bodies))
         result["upload"] = upload_throughput(args, node, server, bodies)
         if args.spark_rounds:
             import archive_spark
@@ -351,7 +358,7 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
-    ap.add_argument("--pairs", type=int, default=3, help="off/on phase pairs [3]")
+    ap.add_argument("--pairs", type=int, default=3, help="off/on phase pairs (0: none) [3]")
     ap.add_argument("--duration", type=float, default=15.0, help="seconds per phase [15]")
     ap.add_argument("--max-age", type=float, default=10.0, help="segment max age, s [10]")
     ap.add_argument("--backlog-mb", type=int, default=512, help="uploader test's segments [512]")

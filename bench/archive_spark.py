@@ -5,7 +5,8 @@ The topic is bench/archive.py's backlog: every segment sealed and archived, so t
 history read through ``read_topic`` is exactly the archive's objects (planned from the
 manifest, with the node asked for what the archive lacks: nothing), and
 ``spark.read.parquet`` reads the objects the manifest lists. Both run ``count`` and
-``sum(time)`` in one ``local[2]`` session, in alternating rounds, best of each.
+``sum(time + length(value))`` (every data column read) in one ``local[2]`` session, in
+alternating rounds, best of each.
 """
 
 from __future__ import annotations
@@ -62,7 +63,10 @@ def session(endpoint: str, bucket: str) -> Any:
 def scan(df: Any) -> tuple[int, int]:
     from pyspark.sql import functions as F
 
-    row = df.agg(F.count(F.lit(1)).alias("n"), F.sum("time").alias("s")).collect()[0]
+    # every column read: the bytes of ``value`` as well as ``time``
+    row = df.agg(
+        F.count(F.lit(1)).alias("n"), F.sum(F.col("time") + F.length("value")).alias("s")
+    ).collect()[0]
     return int(row["n"]), int(row["s"] or 0)
 
 
@@ -80,10 +84,10 @@ def measure(
 
         def through_plateau() -> tuple[int, int]:
             df = plateau.spark.read_topic(spark, url=node_url, topic=topic, archive=archive)
-            return scan(df.select("time"))
+            return scan(df.select("time", "value"))
 
         def plain() -> tuple[int, int]:
-            return scan(spark.read.parquet(*files).select("time"))
+            return scan(spark.read.parquet(*files).select("time", "value"))
 
         plain()  # JVM, S3A and the Python side warmed
         through_plateau()
