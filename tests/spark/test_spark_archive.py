@@ -26,6 +26,7 @@ from plateau.protocol.archive import ArchiveManifest, manifest_key
 from plateau.spark.options import OptionError
 from testkit.nodeproc import NodeProcess
 from testkit.s3server import ADMIN, S3Keys, S3Server
+from tests.spark.conftest import IN_CI
 from tests.spark.topics import STEP_MS, T0_MS, expected_time, rows, value, wait_sealed
 
 TOPIC = "hist"
@@ -34,6 +35,7 @@ SEGMENT = 100
 SEALED = 800  # per partition, in 100-row appends: 8 segments
 OPEN = 37  # appended after, unsealed: only the node has them
 BUCKET = "spark-archive"
+S3A_CLASS = "org.apache.hadoop.fs.s3a.S3AFileSystem"
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +51,13 @@ def archived_node(
 ) -> Iterator[NodeProcess]:
     """A node whose topic's early segments are only in the archive (retention deleted
     them locally once uploaded), later ones on both, the last ones local only."""
+    try:
+        spark._jvm.org.apache.spark.util.Utils.classForName(S3A_CLASS, True, False)
+    except Exception:
+        why = f"{S3A_CLASS} is not on Spark's class path (tools/fetch-s3a-jars)"
+        if IN_CI:
+            pytest.fail(f"CI=true never skips: {why}")
+        pytest.skip(why)
     env = {
         "PLATEAU_STORAGE__ARCHIVE__URL": f"s3://{BUCKET}/pfx",
         "PLATEAU_STORAGE__ARCHIVE__ENDPOINT": s3.endpoint,
