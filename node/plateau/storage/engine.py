@@ -10,9 +10,7 @@ leaves nothing to recover.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import functools
-import itertools
 import logging
 import shutil
 import sqlite3
@@ -20,26 +18,24 @@ import threading
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
-from typing import IO, TypeVar
+from typing import TypeVar
 
 import pyarrow as pa
 
-from plateau.protocol.errors import ArchiveBehind, InsufficientStorage, NotFound, Unavailable
+from plateau.protocol.errors import InsufficientStorage, NotFound, Unavailable
 from plateau.protocol.focus import DataFocus
 from plateau.protocol.names import check_name
-from plateau.protocol.replies import Memory, NodeInfo, PartitionUsage, TopicArchive, TopicUsage
+from plateau.protocol.replies import Memory, NodeInfo, TopicUsage
 from plateau.protocol.topic_config import TopicConfig, TopicConfigRequest, TopicOwner
 from plateau.protocol.values import Order, RecordStatus, Span
-from plateau.storage import record_reads, retention
+from plateau.storage import record_reads, retention, usage
 from plateau.storage.archive import Archive, ArchiveStatus, Uploader
 from plateau.storage.archive.history import ArchivedRun, ArchiveReads
 from plateau.storage.catalog.manifest import Manifest, SegmentRow
 from plateau.storage.catalog.memory import MemoryBudget, default_budget
 from plateau.storage.catalog.progress import Progress
 from plateau.storage.config import StorageSettings
-from plateau.storage.data.durable_io import BALLAST, Ballast
-from plateau.storage.data.group_commit import GroupCommit
+from plateau.storage.data.durable_io import BALLAST, Ballast, disk_full, lock_data_dir
 from plateau.storage.data.reader_cache import ReaderCache
 from plateau.storage.data.validation import prepare
 from plateau.storage.metrics import (
@@ -56,7 +52,7 @@ from plateau.storage.metrics import (
 )
 from plateau.storage.partition import Partition, PartitionContext, PartitionView
 from plateau.storage.recovery import recover
-from plateau.storage.snapshot_writer import SnapshotWriter
+from plateau.storage.snapshot_writer import SnapshotPublisher
 from plateau.storage.topics import Catalog, PutResult, Topic
 from plateau.storage.types import (
     Index,
@@ -67,7 +63,6 @@ from plateau.storage.types import (
 )
 
 log = logging.getLogger(__name__)
-ENOSPC = 28
 READ_ATTEMPTS = 3
 R = TypeVar("R")
 
@@ -90,7 +85,7 @@ class Engine:
         self.settings = settings
         self.data_dir = settings.data_dir.resolve()
         (self.data_dir / "topics").mkdir(parents=True, exist_ok=True)
-        self._lock_file = _lock_data_dir(self.data_dir)
+        self._lock_file = lock_data_dir(self.data_dir)
         self._ballast = Ballast(self.data_dir / BALLAST, settings.ballast_bytes)
         self.memory = MemoryBudget(
             default_budget(settings.memory_budget_bytes, settings.memory_overhead_bytes),
@@ -106,10 +101,7 @@ class Engine:
         )
         self.memory.read_cache_used = self._cache.decoded_bytes
         self.progress = Progress(settings.stall_seconds)
-        self._snapshot = SnapshotWriter(self.data_dir)
-        self._snapshot_requests = itertools.count(1)
-        self._snapshot_commit = GroupCommit(self._write_snapshot, timed=False)
-        self._snapshot_worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshot")
+        self._snapshot = SnapshotPublisher(self.data_dir, lambda: self._catalog.current())
         self._sealer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sealer")
         # one thread at a time seals early (only ever try-acquired, so it orders with nothing)
         self._relieving = threading.Lock()
@@ -140,7 +132,7 @@ class Engine:
         self._catalog.load(recovered)
         for topic in self._catalog.current():
             self._enforce(topic, publish=False)
-        self._publish_snapshot()
+        self._snapshot.publish()
         if self.archive is not None:
             self._uploader = Uploader(
                 self.archive,
@@ -165,7 +157,7 @@ class Engine:
             except (OSError, sqlite3.OperationalError) as exc:
                 if manifest is not None:
                     manifest.close()
-                if attempt or not _disk_full(exc) or not self._ballast.release():
+                if attempt or not disk_full(exc) or not self._ballast.release():
                     raise
                 log.warning("volume full at start: released the ballast to recover")
                 continue
@@ -194,9 +186,9 @@ class Engine:
             except Exception:
                 log.exception("closing %s/%s failed; recovery will finish it", p.topic, p.name)
         self._sealer.shutdown(wait=True)
-        self._snapshot_worker.shutdown(wait=True)
+        self._snapshot.close()
         self._cache.close()
-        self._publish_snapshot()
+        self._snapshot.publish()
         self._manifest.close()
         self._lock_file.close()
 
@@ -240,7 +232,7 @@ class Engine:
             for p in parts:
                 for row in p.view().sealed:
                     self._cache.evict(row.id)
-            self._publish_snapshot()
+            self._snapshot.publish()
         if trash is not None:
             shutil.rmtree(trash, ignore_errors=True)
         lags = (ARCHIVE_LAG_SEGMENTS, ARCHIVE_LAG_BYTES, ARCHIVE_LAG_SECONDS)
@@ -251,48 +243,16 @@ class Engine:
     def topic_usage(self, topic: str) -> TopicUsage:
         """What the topic stores now, as ``GET /admin/topics/{t}`` replies it."""
         t = self._topic(topic)
-        partitions: dict[str, PartitionUsage] = {}
-        for name, p in sorted(t.by_name().items()):
-            view = p.view()
-            nbytes = sum(r.bytes for r in view.sealed) + sum(s.nbytes for s, _ in view.pending)
-            records = view.end - view.start
-            lows = [r.min_time_ms for r in view.sealed]
-            highs = [r.max_time_ms for r in view.sealed]
-            for seg, visible in view.pending:
-                if visible and seg.min_time_ms is not None and seg.max_time_ms is not None:
-                    lows.append(seg.min_time_ms)
-                    highs.append(seg.max_time_ms)
-            partitions[name] = PartitionUsage(
-                start=view.start,
-                end=view.end,
-                bytes=nbytes,
-                records=records,
-                segments=len(view.sealed) + len(view.pending),
-                oldest_time_ms=min(lows, default=None),
-                newest_time_ms=max(highs, default=None),
-            )
-        kept = partitions.values()
-        lows = [p.oldest_time_ms for p in kept if p.oldest_time_ms is not None]
-        highs = [p.newest_time_ms for p in kept if p.newest_time_ms is not None]
-        archive: TopicArchive | None = None
+        archive = None
         if t.config.archive.enabled:
-            archive, per = self.archive_status.report(
+            archive = self.archive_status.report(
                 topic,
                 t.config,
                 list(t.by_name().values()),
                 self._manifest.archived_spans(topic),
                 held=t.archive_held is not None,
             )
-            for name, usage in partitions.items():
-                usage.archive = per.get(name)
-        return TopicUsage(
-            bytes=sum(p.bytes for p in kept),
-            records=sum(p.records for p in kept),
-            oldest_time_ms=min(lows, default=None),
-            newest_time_ms=max(highs, default=None),
-            partitions=partitions,
-            archive=archive,
-        )
+        return usage.topic_usage(t.by_name(), archive)
 
     def node_usage(self, with_topics: bool = False) -> NodeInfo:
         """Capacity, budgets and bytes stored, as ``GET /admin/node`` replies them; with
@@ -300,22 +260,22 @@ class Engine:
         cap, reserve = self.capacity()
         topics = self._catalog.current()
         allocated = sum(t.config.retention.max_bytes for t in topics)
-        usage: dict[str, TopicUsage] = {}
+        usages: dict[str, TopicUsage] = {}
         for t in topics:
             with contextlib.suppress(NotFound):  # deleted meanwhile
-                usage[t.name] = self.topic_usage(t.name)
+                usages[t.name] = self.topic_usage(t.name)
         memory = self.memory
         return NodeInfo(
             capacity_bytes=cap,
             reserve_bytes=reserve,
             allocated_bytes=allocated,
-            used_bytes=sum(u.bytes for u in usage.values()),
+            used_bytes=sum(u.bytes for u in usages.values()),
             free_disk_bytes=shutil.disk_usage(self.data_dir).free,
             topics=len(topics),
             memory=Memory.model_validate(
                 {"budget_bytes": memory.total, "source": memory.source, "parts": memory.parts()}
             ),
-            topic_usage=dict(sorted(usage.items())) if with_topics else None,
+            topic_usage=dict(sorted(usages.items())) if with_topics else None,
         )
 
     # --- data -------------------------------------------------------------------
@@ -331,14 +291,14 @@ class Engine:
         with self.progress.track(f"append {topic}/{partition}"):
             t = self._topic_for_append(topic)
             if t.archive_held is not None:
-                self._check_archive_behind(t)
+                usage.check_archive_behind(t, self.archive_status, self.archive is not None)
             table = prepare(table, t.config.segment.format)
             self._check_free_space()
             p = self._catalog.partition(t, partition)
             try:
                 span = p.append(table, t.config.segment)
             except (OSError, sqlite3.OperationalError) as exc:
-                if _disk_full(exc):
+                if disk_full(exc):
                     raise InsufficientStorage(
                         f"volume full while appending to {topic}/{partition}: the append was "
                         "not stored; writes are refused until retention or an operator frees "
@@ -361,7 +321,7 @@ class Engine:
                 "create it with PUT /admin/topics/{topic}"
             )
         t = self._catalog.ensure(topic)
-        self._publish_snapshot()
+        self._snapshot.publish()
         return t
 
     def _seal_early(self) -> None:
@@ -381,32 +341,6 @@ class Engine:
                     excess -= handed
         finally:
             self._relieving.release()
-
-    def _check_archive_behind(self, t: Topic) -> None:
-        """429 ``ArchiveBehind`` once an archive-required topic whose retention waits for the
-        archive holds its whole budget (sealed and open): nothing is deleted unarchived."""
-        held = t.archive_held
-        if held is None or not t.config.archive.is_required():
-            return
-        budget = t.config.retention.max_bytes
-        used = 0
-        for p in t.all():
-            view = p.view()
-            used += sum(r.bytes for r in view.sealed) + sum(s.nbytes for s, _ in view.pending)
-        if used < budget:
-            return
-        state = self.archive_status.state(t.name)
-        label, why = state.state, state.message
-        if state.state == "Current":  # no upload has failed (yet): they are just not done
-            label, why = "Behind", "uploads have not caught up with seals yet"
-        if self.archive is None:
-            why = "this node has no storage.archive.url, so nothing can be archived"
-        raise ArchiveBehind(
-            f"topic {t.name!r} is at its budget of {budget} bytes and retention may not delete "
-            f"what is not archived: the archive is {held[0]} segments / {held[1]} bytes behind "
-            f"({label}: {why}); retry when uploads catch up",
-            retry_after=5.0,
-        )
 
     def _check_free_space(self) -> None:
         free = shutil.disk_usage(self.data_dir).free
@@ -575,38 +509,12 @@ class Engine:
                 self.archive_status.deleted_unarchived(t.name)
         TOPIC_BYTES.labels(t.name).set(sum(r.bytes for p in parts for r in p.view().sealed))
         if doomed:
-            self._publish_snapshot()  # no longer names the doomed files: now they may go
+            self._snapshot.publish()  # no longer names the doomed files: now they may go
         elif publish:
-            self._request_snapshot()
+            self._snapshot.request()
         for path in doomed:
             path.unlink(missing_ok=True)
         return len(doomed)
-
-    def _request_snapshot(self) -> None:
-        """Have a snapshot written soon, without waiting for it (a new sealed segment).
-
-        Why not wait: the sealer called this after every seal, and a snapshot is
-        a file write with two fsyncs; waiting for it capped the seal rate, so with
-        64 partitions sealing small segments early, open segments filled memory
-        and appends got 429. Readers see a new segment a moment later instead.
-        """
-        request = next(self._snapshot_requests)
-        self._snapshot_commit.written(request)
-        with contextlib.suppress(RuntimeError):  # shut down: close() publishes one last time
-            self._snapshot_worker.submit(self._snapshot_commit.wait, request)
-
-    def _publish_snapshot(self) -> None:
-        """Return once a snapshot taken after this call is written; one write serves many."""
-        request = next(self._snapshot_requests)
-        self._snapshot_commit.written(request)
-        self._snapshot_commit.wait(request)
-
-    def _write_snapshot(self) -> None:
-        """Collect and write; GroupCommit runs one at a time, so an older view never wins."""
-        try:
-            self._snapshot.write(self._catalog.current())
-        except OSError:
-            log.exception("could not publish snapshot.json")
 
     def _tick_loop(self) -> None:
         interval = self.settings.retention_interval_seconds
@@ -638,23 +546,6 @@ class Engine:
             except Exception:
                 log.exception("retention of %s failed", t.name)
         return now
-
-
-def _disk_full(exc: BaseException) -> bool:
-    if isinstance(exc, OSError):
-        return exc.errno == ENOSPC
-    return "full" in str(exc)  # sqlite3: "database or disk is full"
-
-
-def _lock_data_dir(data_dir: Path) -> IO[bytes]:
-    """One node per data directory: a second writer would corrupt segments and indexes."""
-    f = (data_dir / "lock").open("a+b")
-    try:
-        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        f.close()
-        raise Unavailable(f"data directory {data_dir} is in use by another plateau node") from None
-    return f
 
 
 def _count_archived(topic: str, records: int) -> None:

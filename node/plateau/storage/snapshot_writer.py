@@ -10,9 +10,13 @@ module gathers the catalog into it and makes the write atomic and durable.
 
 from __future__ import annotations
 
+import contextlib
+import itertools
+import logging
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import BinaryIO
 
@@ -28,7 +32,10 @@ from plateau.protocol.snapshot import (
 )
 from plateau.storage.catalog.manifest import SegmentRow
 from plateau.storage.data.durable_io import publish
+from plateau.storage.data.group_commit import GroupCommit
 from plateau.storage.topics import Topic
+
+log = logging.getLogger(__name__)
 
 
 class SnapshotWriter:
@@ -54,6 +61,48 @@ class SnapshotWriter:
                 f.write(data)
 
             publish(self._path, write)
+
+
+class SnapshotPublisher:
+    """When ``snapshot.json`` is written: one write serves every request made before it.
+
+    ``publish`` waits (a deletion must not unlink a file the published snapshot
+    still names); ``request`` does not (after a seal, readers see the new segment
+    a moment later). Why not wait after a seal: a snapshot is a file write with
+    two fsyncs, and waiting for it capped the seal rate, so with 64 partitions
+    sealing small segments early, open segments filled memory and appends got 429.
+    The group commit runs one write at a time, so an older view never wins.
+    """
+
+    def __init__(self, data_dir: Path, topics: Callable[[], Iterable[Topic]]) -> None:
+        self._writer = SnapshotWriter(data_dir)
+        self._topics = topics
+        self._requests = itertools.count(1)
+        self._commit = GroupCommit(self._write, timed=False)
+        self._worker = ThreadPoolExecutor(max_workers=1, thread_name_prefix="snapshot")
+
+    def publish(self) -> None:
+        """Return once a snapshot taken after this call is written."""
+        request = next(self._requests)
+        self._commit.written(request)
+        self._commit.wait(request)
+
+    def request(self) -> None:
+        """Have a snapshot written soon, without waiting for it."""
+        request = next(self._requests)
+        self._commit.written(request)
+        with contextlib.suppress(RuntimeError):  # shut down: close() publishes one last time
+            self._worker.submit(self._commit.wait, request)
+
+    def close(self) -> None:
+        """Finish requested writes; ``publish`` still works after (the last one at close)."""
+        self._worker.shutdown(wait=True)
+
+    def _write(self) -> None:
+        try:
+            self._writer.write(self._topics())
+        except OSError:
+            log.exception("could not publish snapshot.json")
 
 
 def _topic(topic: Topic) -> SnapshotTopic:

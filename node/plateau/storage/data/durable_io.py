@@ -7,10 +7,14 @@ that; everything that makes a file visible goes through it.
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import BinaryIO
+from typing import IO, BinaryIO
+
+from plateau.protocol.errors import Unavailable
 
 TMP_SUFFIX = ".tmp"
 PAGE = 4096
@@ -120,3 +124,21 @@ class Ballast:
             os.fsync(fd)
         finally:
             os.close(fd)
+
+
+def disk_full(exc: BaseException) -> bool:
+    """The volume is full, as the OS or SQLite says it (a write is refused, not a bug)."""
+    if isinstance(exc, OSError):
+        return exc.errno == errno.ENOSPC
+    return "full" in str(exc)  # sqlite3: "database or disk is full"
+
+
+def lock_data_dir(data_dir: Path) -> IO[bytes]:
+    """One node per data directory: a second writer would corrupt segments and indexes."""
+    f = (data_dir / "lock").open("a+b")
+    try:
+        fcntl.flock(f.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        f.close()
+        raise Unavailable(f"data directory {data_dir} is in use by another plateau node") from None
+    return f
