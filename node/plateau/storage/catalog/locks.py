@@ -19,7 +19,10 @@ it may take a lock of a higher rank, never one of rank R or lower. The ranks
                 retention or sealing, and nothing is taken under them.
 
 Locks without a rank (the decoded read cache, group commit, progress,
-memory accounting) are leaves too: they take no ranked lock while held.
+memory accounting, and the archive's: the uploader's work sets, the topic
+states, the S3 client handle, the archived-segment lists and the archive read
+cache) are leaves too: they take no ranked lock while held, and no network
+call to the archive is ever made under any lock.
 (``snapshot.json`` is written by whichever thread asked first, through a group
 commit, holding no lock: one write serves every seal and deletion that asked
 meanwhile, and writes never overlap.)
