@@ -1,6 +1,6 @@
 """Archive benchmark: a real node archiving a parquet topic to a real S3 server (SeaweedFS).
 
-    python bench/archive.py [--pairs 3] [--duration 15] [--max-age 10] [--backlog-mb 512]
+    python bench/archive.py [--pairs 3] [--duration 15] [--max-age 10] [--backlog-mb 2048]
         [--clients 4] [--partitions 4] [--rows-per-batch 10000] [--data-dir DIR]
 
 Three measures, each a ratio or a bound within one run (issue 27):
@@ -40,6 +40,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -301,59 +302,66 @@ def upload_throughput(
     }
 
 
-def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
-    log(f"generating {DISTINCT_BODIES} bodies of {args.rows_per_batch} rows")
-    bodies = make_bodies(DISTINCT_BODIES, args.rows_per_batch, compressible=False)
+@contextlib.contextmanager
+def node_and_s3(args: argparse.Namespace, data_dir: Path) -> Iterator[tuple[NodeProcess, S3Server]]:
+    """A fresh S3 server (its data in ``--s3-dir``) and a node archiving to it; both removed
+    after, so that each part of the run holds only its own objects in tmpfs."""
     s3_root = Path(tempfile.mkdtemp(prefix="plateau-bench-s3-", dir=args.s3_dir))
     server = S3Server(s3_root / "s3").start()
     server.create_bucket(BUCKET)
     assert server.proc is not None
     log(f"S3 server (SeaweedFS) pid {server.proc.pid} on {server.endpoint}")
-    budget, capacity = disk_budget(data_dir, 3 * GiB)
+    _, capacity = disk_budget(data_dir, 3 * GiB)
     env = {**ADMIN.env(), "PLATEAU_STORAGE__ARCHIVE__ENDPOINT": server.endpoint}
     env.update(kv.split("=", 1) for kv in args.node_env)
-    node = NodeProcess(
-        data_dir,
-        env=env,
-        args=["--capacity-bytes", str(capacity), "--archive-url", f"s3://{BUCKET}/pfx"],
-    )
+    node_args = ["--capacity-bytes", str(capacity), "--archive-url", f"s3://{BUCKET}/pfx"]
+    node = NodeProcess(data_dir, env=env, args=node_args)
     try:
         node.start(timeout=NODE_START_S)
         log(f"node pid {node.pid} on {node.url}")
-        for topic, archived in ((PLAIN, False), (ARCHIVED, True)):
-            create_topic(
-                node.url,
-                topic,
-                {
-                    "partitions": args.partitions,
-                    "segment": {"format": "parquet", "max_age_seconds": args.max_age},
-                    "retention": {"max_bytes": budget // 3},
-                    "archive": {"enabled": archived},
-                },
-            )
-        result: dict[str, Any] = {
-            "format": "parquet",
-            "partitions": args.partitions,
-            "clients": args.clients,
-            "duration_s": args.duration,
-            "max_age_s": args.max_age,
-        }
-        if args.pairs:
-            result.update(ingest_pairs(args, node, server.proc.pid, bodies))
-        result["upload"] = upload_throughput(args, node, server, bodies)
-        if args.spark_rounds:
-            import archive_spark
-
-            keys = [s["key"] for s in read_manifest(server, BACKLOG)["segments"]]
-            result["spark"] = archive_spark.measure(
-                node.url, server.endpoint, BUCKET, "pfx", BACKLOG, keys, args.spark_rounds
-            )
-        return result
+        yield node, server
     finally:
         with contextlib.suppress(Exception):
             node.stop(timeout=NODE_STOP_S)
         server.kill()
         shutil.rmtree(s3_root, ignore_errors=True)
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+
+def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
+    log(f"generating {DISTINCT_BODIES} bodies of {args.rows_per_batch} rows")
+    bodies = make_bodies(DISTINCT_BODIES, args.rows_per_batch, compressible=False)
+    budget, _ = disk_budget(data_dir, 3 * GiB)
+    result: dict[str, Any] = {
+        "format": "parquet",
+        "partitions": args.partitions,
+        "clients": args.clients,
+        "duration_s": args.duration,
+        "max_age_s": args.max_age,
+    }
+    if args.pairs:
+        with node_and_s3(args, data_dir / "ingest") as (node, server):
+            for topic, archived in ((PLAIN, False), (ARCHIVED, True)):
+                config = {
+                    "partitions": args.partitions,
+                    "segment": {"format": "parquet", "max_age_seconds": args.max_age},
+                    "retention": {"max_bytes": budget // 2},
+                    "archive": {"enabled": archived},
+                }
+                create_topic(node.url, topic, config)
+            assert server.proc is not None
+            result.update(ingest_pairs(args, node, server.proc.pid, bodies))
+    if args.backlog_mb:
+        with node_and_s3(args, data_dir / "backlog") as (node, server):
+            result["upload"] = upload_throughput(args, node, server, bodies)
+            if args.spark_rounds:
+                import archive_spark
+
+                keys = [s["key"] for s in read_manifest(server, BACKLOG)["segments"]]
+                result["spark"] = archive_spark.measure(
+                    node.url, server.endpoint, BUCKET, "pfx", BACKLOG, keys, args.spark_rounds
+                )
+    return result
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -361,7 +369,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--pairs", type=int, default=3, help="off/on phase pairs (0: none) [3]")
     ap.add_argument("--duration", type=float, default=15.0, help="seconds per phase [15]")
     ap.add_argument("--max-age", type=float, default=10.0, help="segment max age, s [10]")
-    ap.add_argument("--backlog-mb", type=int, default=512, help="uploader test's segments [512]")
+    ap.add_argument(
+        "--backlog-mb", type=int, default=2048, help="uploader and Spark part, MB (0: none) [2048]"
+    )
     ap.add_argument("--clients", type=int, default=4, help="writer threads [4]")
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--rows-per-batch", type=int, default=10_000)
