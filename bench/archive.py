@@ -194,6 +194,7 @@ def ingest_pairs(
                     "rows_per_s": round(phase.rows_per_s),
                     "p99_ms": round(phase.p99_ms, 1),
                     "node_cpu_cores": round(phase.node_cpu_s / phase.elapsed_s, 2),
+                    "node_cpu_us_per_row": round(phase.node_cpu_s / max(phase.rows, 1) * 1e6, 3),
                     "s3_server_cpu_cores": round(s3_cores, 2),
                     "node_write_mb_per_s": round(phase.node_write_bytes / phase.elapsed_s / 1e6),
                     "node_read_mb_per_s": round(reads),
@@ -306,6 +307,7 @@ def upload_throughput(
 def node_and_s3(args: argparse.Namespace, data_dir: Path) -> Iterator[tuple[NodeProcess, S3Server]]:
     """A fresh S3 server (its data in ``--s3-dir``) and a node archiving to it; both removed
     after, so that each part of the run holds only its own objects in tmpfs."""
+    data_dir.mkdir(parents=True, exist_ok=True)
     s3_root = Path(tempfile.mkdtemp(prefix="plateau-bench-s3-", dir=args.s3_dir))
     server = S3Server(s3_root / "s3").start()
     server.create_bucket(BUCKET)
