@@ -12,18 +12,17 @@
   it restarts cleanly into the same state (no crash loop).
 
 The kill windows are hit without hooks in the node: a TCP proxy between the node and
-the S3 server (``Gate``) holds the node's next request once a chosen request has gone
-through, so the node is killed at a known point of its upload; the S3 server itself
-stays real. This module runs its own S3 server: the outage test stops it.
+the S3 server (``testkit.s3gate.Gate``) holds the node's next request once a chosen
+request has gone through, so the node is killed at a known point of its upload; the S3
+server itself stays real. This module runs its own S3 server: the outage test stops it.
+Spark reading while the node uploads and retention deletes locally is
+tests/spark/test_spark_archive.py's (a real PySpark session lives there).
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import os
-import re
-import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -40,10 +39,10 @@ import pytest
 from plateau.protocol import ARROW_FILE, SPAN_END_HEADER
 from plateau.protocol.archive import ArchiveManifest, manifest_key, parse_segment_name
 from testkit.nodeproc import NodeProcess, metric_values
+from testkit.s3gate import Gate
 from testkit.s3server import ADMIN, READER, S3Keys, S3Server, weed_binary
 
 T0 = 1_700_000_000_000
-REQUEST = re.compile(rb"(GET|PUT|POST|HEAD|DELETE) (/\S*) HTTP/1\.1\r\n")
 
 
 @pytest.fixture(scope="module")
@@ -63,76 +62,6 @@ def bucket(s3: S3Server) -> str:
     if s3.proc is None:  # a failed outage test left it down
         s3.start()
     return s3.create_bucket(f"faults-{next(_buckets):03d}")
-
-
-class Gate:
-    """A TCP proxy to the S3 server that holds every request from the first one for which
-    ``hold_when(line, seen)`` is true (``seen``: request lines so far, this one last)."""
-
-    def __init__(self, port: int) -> None:
-        self.port = port
-        self.seen: list[str] = []
-        self.hold_when: Callable[[str, list[str]], bool] | None = None
-        self.held = threading.Event()
-        self._open = threading.Event()
-        self._lock = threading.Lock()
-        self._listener = socket.create_server(("127.0.0.1", 0))
-        self.endpoint = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            client, _ = self._listener.accept()
-            upstream = socket.create_connection(("127.0.0.1", self.port))
-            threading.Thread(target=self._up, args=(client, upstream), daemon=True).start()
-            threading.Thread(target=self._down, args=(upstream, client), daemon=True).start()
-
-    def _up(self, src: socket.socket, dst: socket.socket) -> None:
-        tail = b""
-        try:
-            while data := src.recv(1 << 16):
-                for m in REQUEST.finditer(tail + data):
-                    if m.end() <= len(tail):
-                        continue
-                    line = f"{m.group(1).decode()} {m.group(2).decode(errors='replace')}"
-                    with self._lock:
-                        self.seen.append(line)
-                        hold = self.hold_when
-                        if hold and not self.held.is_set() and hold(line, self.seen):
-                            self.held.set()
-                tail = (tail + data)[-300:]
-                if self.held.is_set():
-                    self._open.wait()
-                    return  # released: this connection's node is dead, drop what it sent
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            _close(src, dst)
-
-    @staticmethod
-    def _down(src: socket.socket, dst: socket.socket) -> None:
-        try:
-            while data := src.recv(1 << 16):
-                dst.sendall(data)
-        except OSError:
-            pass
-        finally:
-            _close(src, dst)
-
-    def release(self) -> None:
-        """Let go: held connections are closed, later ones pass freely."""
-        with self._lock:
-            self.hold_when = None
-        self._open.set()
-        self.held.clear()
-
-
-def _close(*socks: socket.socket) -> None:
-    for s in socks:
-        with contextlib.suppress(OSError):
-            s.shutdown(socket.SHUT_RDWR)
-        s.close()
 
 
 def start_node(
@@ -300,6 +229,7 @@ def test_kill_during_a_multipart_upload_archives_the_segment_once(
         assert table.column("id").to_pylist() == list(range(120_000))
     finally:
         node.stop()
+        gate.close()
 
 
 def _completed(seen: list[str]) -> bool:
@@ -348,6 +278,7 @@ def test_kill_between_upload_and_manifest_update(
         assert ids == list(range(1001))
     finally:
         node.stop()
+        gate.close()
 
 
 def fill_bucket(s3: S3Server, bucket: str) -> None:
