@@ -309,22 +309,25 @@ def node_and_s3(args: argparse.Namespace, data_dir: Path) -> Iterator[tuple[Node
     after, so that each part of the run holds only its own objects in tmpfs."""
     data_dir.mkdir(parents=True, exist_ok=True)
     s3_root = Path(tempfile.mkdtemp(prefix="plateau-bench-s3-", dir=args.s3_dir))
-    server = S3Server(s3_root / "s3").start()
-    server.create_bucket(BUCKET)
-    assert server.proc is not None
-    log(f"S3 server (SeaweedFS) pid {server.proc.pid} on {server.endpoint}")
-    _, capacity = disk_budget(data_dir, 3 * GiB)
-    env = {**ADMIN.env(), "PLATEAU_STORAGE__ARCHIVE__ENDPOINT": server.endpoint}
-    env.update(kv.split("=", 1) for kv in args.node_env)
-    node_args = ["--capacity-bytes", str(capacity), "--archive-url", f"s3://{BUCKET}/pfx"]
-    node = NodeProcess(data_dir, env=env, args=node_args)
+    server = S3Server(s3_root / "s3")
+    node: NodeProcess | None = None
     try:
+        server.start()
+        server.create_bucket(BUCKET)
+        assert server.proc is not None
+        log(f"S3 server (SeaweedFS) pid {server.proc.pid} on {server.endpoint}")
+        _, capacity = disk_budget(data_dir, 3 * GiB)
+        env = {**ADMIN.env(), "PLATEAU_STORAGE__ARCHIVE__ENDPOINT": server.endpoint}
+        env.update(kv.split("=", 1) for kv in args.node_env)
+        node_args = ["--capacity-bytes", str(capacity), "--archive-url", f"s3://{BUCKET}/pfx"]
+        node = NodeProcess(data_dir, env=env, args=node_args)
         node.start(timeout=NODE_START_S)
         log(f"node pid {node.pid} on {node.url}")
         yield node, server
     finally:
-        with contextlib.suppress(Exception):
-            node.stop(timeout=NODE_STOP_S)
+        if node is not None:
+            with contextlib.suppress(Exception):
+                node.stop(timeout=NODE_STOP_S)
         server.kill()
         shutil.rmtree(s3_root, ignore_errors=True)
         shutil.rmtree(data_dir, ignore_errors=True)
