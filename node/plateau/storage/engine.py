@@ -296,7 +296,7 @@ class Engine:
             self._check_free_space()
             p = self._catalog.partition(t, partition)
             try:
-                span = p.append(table, t.config.segment)
+                span = p.append(table, t.config.segment, t.config.archive.enabled)
             except (OSError, sqlite3.OperationalError) as exc:
                 if disk_full(exc):
                     raise InsufficientStorage(

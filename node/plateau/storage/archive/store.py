@@ -27,6 +27,7 @@ from __future__ import annotations
 import configparser
 import contextlib
 import hashlib
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -214,6 +215,9 @@ class Archive:
                     digest.update(chunk)
                     out.write(chunk)
                     size += len(chunk)
+                # read once, for this upload: its pages (kept cached for it since the
+                # append, see Partition.append) need not stay
+                os.posix_fadvise(src.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)
         except OSError as exc:
             raise classify(exc) from exc
         return Uploaded(digest.hexdigest(), size)
