@@ -4,8 +4,8 @@ inherit the environment), whether or not that run's timing would deadlock.
 
 The archive's tests share one real S3 server (SeaweedFS, ``testkit.s3server``) per
 session, started only when a test first asks for ``s3server`` or ``s3bucket``
-(about 3 s); each test gets a fresh bucket so that tests never see each other's
-objects. ``tools/run-tests`` builds ``weed`` and sets ``PLATEAU_WEED``; without it
+(about 3 s); each test gets a fresh bucket (``s3bucket``) or a fresh prefix of its
+module's bucket (``s3root``), so that tests never see each other's objects. ``tools/run-tests`` builds ``weed`` and sets ``PLATEAU_WEED``; without it
 the first use builds it (minutes, cached). With ``CI=true`` a server that cannot
 be built or started fails the test, never skips it.
 """
@@ -49,3 +49,17 @@ def s3bucket(s3server: S3Server, request: pytest.FixtureRequest) -> str:
     stem = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())
     name = f"t{next(_bucket_numbers):04d}-{stem}"[:63].rstrip("-")
     return s3server.create_bucket(name)
+
+
+@pytest.fixture(scope="module")
+def module_bucket(s3server: S3Server, request: pytest.FixtureRequest) -> str:
+    """One bucket for a test module whose tests each take a prefix of it (``s3root``)."""
+    stem = request.module.__name__.rsplit(".", 1)[-1].replace("_", "-")
+    return s3server.create_bucket(f"m{next(_bucket_numbers):03d}-{stem}"[:63].rstrip("-"))
+
+
+@pytest.fixture
+def s3root(module_bucket: str, request: pytest.FixtureRequest) -> str:
+    """``bucket/prefix`` of this test's own archive, in its module's bucket."""
+    stem = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())
+    return f"{module_bucket}/{next(_bucket_numbers):04d}-{stem}"[:200]

@@ -13,28 +13,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-import pytest
 
 from testkit.nodeproc import NodeProcess, free_port, metric_values
 from testkit.s3server import ADMIN, S3Server
 from tests.integration.test_archive_upload import T0, read_manifest, wait_for
-
-_roots = itertools.count(1)
-
-
-@pytest.fixture(scope="module")
-def module_bucket(s3server: S3Server, request: pytest.FixtureRequest) -> str:
-    """One bucket for the module, each test under its own prefix: a SeaweedFS server gives
-    every bucket volumes of its own, and a session of many buckets runs out of them."""
-    stem = request.module.__name__.rsplit(".", 1)[-1].replace("_", "-")
-    return s3server.create_bucket(f"m{next(_roots):03d}-{stem}"[:63])
-
-
-@pytest.fixture
-def s3root(module_bucket: str, request: pytest.FixtureRequest) -> str:
-    """``bucket/prefix`` of this test's archive."""
-    stem = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())
-    return f"{module_bucket}/{next(_roots):04d}-{stem}"[:200]
 
 
 def test_node_refuses_archive_without_url_and_changes_nothing(tmp_path: Path) -> None:

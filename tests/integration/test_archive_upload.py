@@ -9,7 +9,6 @@ the archive is unreachable; without required, retention goes on and counts.
 from __future__ import annotations
 
 import hashlib
-import itertools
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -33,24 +32,6 @@ from plateau.storage.engine import Engine
 from plateau.storage.metrics import ARCHIVE_DELETED_UNARCHIVED, ARCHIVE_FAILURES, ARCHIVE_UPLOADS
 from testkit.nodeproc import free_port
 from testkit.s3server import ADMIN, READER, S3Keys, S3Server
-
-_roots = itertools.count(1)
-
-
-@pytest.fixture(scope="module")
-def module_bucket(s3server: S3Server, request: pytest.FixtureRequest) -> str:
-    """One bucket for the module, each test under its own prefix: a SeaweedFS server gives
-    every bucket volumes of its own, and a session of many buckets runs out of them."""
-    stem = request.module.__name__.rsplit(".", 1)[-1].replace("_", "-")
-    return s3server.create_bucket(f"m{next(_roots):03d}-{stem}"[:63])
-
-
-@pytest.fixture
-def s3root(module_bucket: str, request: pytest.FixtureRequest) -> str:
-    """``bucket/prefix`` of this test's archive."""
-    stem = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())
-    return f"{module_bucket}/{next(_roots):04d}-{stem}"[:200]
-
 
 EngineFactory = Callable[..., Engine]
 T0 = 1_700_000_000_000
