@@ -3,9 +3,10 @@ lock taken out of order raises at once, in process and in node subprocesses (whi
 inherit the environment), whether or not that run's timing would deadlock.
 
 The archive's tests share one real S3 server (SeaweedFS, ``testkit.s3server``) per
-session, started only when a test first asks for ``s3server`` or ``s3bucket``
-(about 3 s); each test gets a fresh bucket (``s3bucket``) or a fresh prefix of its
-module's bucket (``s3root``), so that tests never see each other's objects. ``tools/run-tests`` builds ``weed`` and sets ``PLATEAU_WEED``; without it
+session, started only when a test first asks for ``s3server``, ``s3bucket`` or
+``s3root`` (about 11 s); each test gets a fresh bucket (``s3bucket``) or a fresh
+prefix of its module's bucket (``s3root``), so that tests never see each other's
+objects. ``tools/run-tests`` builds ``weed`` and sets ``PLATEAU_WEED``; without it
 the first use builds it (minutes, cached). With ``CI=true`` a server that cannot
 be built or started fails the test, never skips it.
 """
