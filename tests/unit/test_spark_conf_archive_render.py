@@ -38,6 +38,9 @@ EXPECTED = {
     "spark.kubernetes.driver.secretKeyRef.AWS_SECRET_ACCESS_KEY": "s3-keys:AWS_SECRET_ACCESS_KEY",
     "spark.kubernetes.executor.secretKeyRef.AWS_SECRET_ACCESS_KEY": "s3-keys:AWS_SECRET_ACCESS_KEY",
     "spark.kubernetes.driverEnv.PLATEAU_ARCHIVE": "s3a://plateau-archive/prod",
+    # the S3A connector is not on Spark's own classpath in plateau's image (driver memory)
+    "spark.driver.extraClassPath": "/opt/plateau/s3a-jars/*",
+    "spark.executor.extraClassPath": "/opt/plateau/s3a-jars/*",
 }
 
 

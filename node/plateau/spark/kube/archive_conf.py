@@ -23,6 +23,11 @@ from urllib.parse import urlsplit
 ARCHIVE_ENV = "PLATEAU_ARCHIVE"  # s3a://bucket/prefix, in the driver
 KEY_ENVS = ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")
 S3A = "spark.hadoop.fs.s3a."
+S3A_CLASSPATH = "/opt/plateau/s3a-jars/*"
+"""Where plateau's Spark image keeps the S3A connector. Not on Spark's own classpath:
+the AWS SDK bundle there cost every job about 170 MB of driver memory, so only a job
+that reads the archive adds it (``spark.{driver,executor}.extraClassPath``)."""
+CLASSPATH_KEYS = ("spark.driver.extraClassPath", "spark.executor.extraClassPath")
 
 
 @dataclass(frozen=True)
@@ -94,6 +99,8 @@ def archive_settings(a: ArchiveAccess) -> dict[str, str]:
             for role in ("driver", "executor"):
                 out[f"spark.kubernetes.{role}.secretKeyRef.{env}"] = f"{a.secret}:{key}"
     out[f"spark.kubernetes.driverEnv.{ARCHIVE_ENV}"] = a.url
+    for key in CLASSPATH_KEYS:
+        out[key] = S3A_CLASSPATH
     return out
 
 
@@ -106,7 +113,8 @@ def archive_comments(a: ArchiveAccess) -> list[str]:
     )
     return [
         f"archive of {a.namespace}/{a.node}: {a.url} at {a.endpoint or 'AWS'} "
-        f"(region {a.region}), ${ARCHIVE_ENV} in the driver; the image needs hadoop-aws",
+        f"(region {a.region}), ${ARCHIVE_ENV} in the driver; S3A from {S3A_CLASSPATH} "
+        "(plateau's Spark image)",
         keys,
         f"read the whole history with plateau.spark.read_topic(spark, topic=..., "
         f'archive=os.environ["{ARCHIVE_ENV}"], url=... or path=...)',
@@ -123,6 +131,10 @@ def add_to_spec(spec: dict[str, Any], a: ArchiveAccess) -> dict[str, Any]:
     ]
     out = dict(spec)
     out["hadoopConf"] = {**(spec.get("hadoopConf") or {}), **hadoop_settings(a)}
+    out["sparkConf"] = {
+        **(spec.get("sparkConf") or {}),
+        **dict.fromkeys(CLASSPATH_KEYS, S3A_CLASSPATH),
+    }
     for role in ("driver", "executor"):
         part = dict(out.get(role) or {})
         extra = [dict(k) for k in keys]  # one object each: no YAML alias
