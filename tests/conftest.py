@@ -15,11 +15,14 @@ from __future__ import annotations
 
 import itertools
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
 from plateau.storage.catalog.locks import CHECK_ENV
+from plateau.storage.config import StorageSettings
+from plateau.storage.engine import Engine
 from testkit.s3server import S3Server, weed_binary
 
 os.environ.setdefault(CHECK_ENV, "1")
@@ -64,3 +67,22 @@ def s3root(module_bucket: str, request: pytest.FixtureRequest) -> str:
     """``bucket/prefix`` of this test's own archive, in its module's bucket."""
     stem = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())
     return f"{module_bucket}/{next(_bucket_numbers):04d}-{stem}"[:200]
+
+
+EngineFactory = Callable[..., Engine]
+
+
+@pytest.fixture
+def make_engine(tmp_path: Path) -> Iterator[EngineFactory]:
+    """Engines on ``tmp_path/data``; all closed at the end of the test."""
+    engines: list[Engine] = []
+
+    def make(**kwargs: object) -> Engine:
+        settings = StorageSettings(data_dir=tmp_path / "data", **kwargs)  # type: ignore[arg-type]
+        engine = Engine(settings)
+        engines.append(engine)
+        return engine
+
+    yield make
+    for e in engines:
+        e.close()

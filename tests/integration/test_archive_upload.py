@@ -11,7 +11,7 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -27,13 +27,13 @@ from plateau.protocol.topic_config import (
     SegmentPatch,
     TopicConfigRequest,
 )
-from plateau.storage.config import ArchiveSettings, StorageSettings
+from plateau.storage.config import ArchiveSettings
 from plateau.storage.engine import Engine
 from plateau.storage.metrics import ARCHIVE_DELETED_UNARCHIVED, ARCHIVE_FAILURES, ARCHIVE_UPLOADS
 from testkit.nodeproc import free_port
 from testkit.s3server import ADMIN, READER, S3Keys, S3Server
+from tests.conftest import EngineFactory
 
-EngineFactory = Callable[..., Engine]
 T0 = 1_700_000_000_000
 
 
@@ -44,23 +44,13 @@ def s3env(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 @pytest.fixture
-def make_engine(tmp_path: Path, s3env: None) -> Iterator[EngineFactory]:
-    engines: list[Engine] = []
+def make_engine(make_engine: EngineFactory, s3env: None) -> EngineFactory:
+    """The shared factory (tests/conftest.py) with an archive and a fast retention pass."""
 
     def make(archive: ArchiveSettings, **kwargs: object) -> Engine:
-        settings = StorageSettings(
-            data_dir=tmp_path / "data",
-            archive=archive,
-            retention_interval_seconds=0.2,
-            **kwargs,  # type: ignore[arg-type]
-        )
-        engine = Engine(settings)
-        engines.append(engine)
-        return engine
+        return make_engine(archive=archive, **{"retention_interval_seconds": 0.2, **kwargs})
 
-    yield make
-    for e in engines:
-        e.close()
+    return make
 
 
 def unreachable(root: str) -> ArchiveSettings:

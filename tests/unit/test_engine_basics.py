@@ -10,7 +10,8 @@ from plateau.protocol.snapshot import SNAPSHOT_FILE, decode
 from plateau.protocol.topic_config import TopicConfigRequest
 from plateau.protocol.values import Order, RecordStatus, Span
 from plateau.storage.types import TimeRange
-from tests.unit.conftest import EngineFactory, append_retrying, wait_for
+from tests.conftest import EngineFactory
+from tests.unit.conftest import append_retrying, wait_for
 
 
 def cfg(**kw: object) -> TopicConfigRequest:

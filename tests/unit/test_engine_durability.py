@@ -17,7 +17,8 @@ from plateau.storage.engine import Engine
 from plateau.storage.recovery import read_open_file, seal_in_place
 from plateau.storage.retention import plan
 from plateau.storage.types import Index, SegmentId
-from tests.unit.conftest import EngineFactory, append_retrying, wait_for
+from tests.conftest import EngineFactory
+from tests.unit.conftest import append_retrying, wait_for
 
 
 def rows(lo: int, hi: int) -> pa.Table:

@@ -24,7 +24,8 @@ from plateau.storage.data.sealed_reader import SegmentReader
 from plateau.storage.data.sealed_writer import write_sealed
 from plateau.storage.engine import Engine
 from plateau.storage.types import SegmentId
-from tests.unit.conftest import EngineFactory, append_retrying, wait_for
+from tests.conftest import EngineFactory
+from tests.unit.conftest import append_retrying, wait_for
 
 
 def rows(lo: int, hi: int) -> pa.Table:

@@ -7,7 +7,7 @@ import pyarrow as pa
 
 from plateau.protocol.topic_config import TopicConfigRequest
 from plateau.protocol.values import Span
-from tests.unit.conftest import EngineFactory
+from tests.conftest import EngineFactory
 
 
 def two() -> pa.Table:

@@ -9,7 +9,7 @@ import pytest
 
 from plateau.protocol.topic_config import TopicConfigRequest
 from plateau.storage.catalog.locks import CheckedLock, LockOrderError, Rank, ranked
-from tests.unit.conftest import EngineFactory
+from tests.conftest import EngineFactory
 
 
 def test_taking_a_lower_rank_while_holding_a_higher_one_raises() -> None:

@@ -12,7 +12,8 @@ from plateau.protocol.errors import Busy
 from plateau.protocol.topic_config import TopicConfigRequest
 from plateau.storage.catalog.memory import BudgetSource, MemoryBudget, cgroup_memory_limit
 from plateau.storage.data.open_segment import WRITE_BUFFER
-from tests.unit.conftest import EngineFactory, wait_for
+from tests.conftest import EngineFactory
+from tests.unit.conftest import wait_for
 
 MiB = 1 << 20
 
