@@ -324,3 +324,33 @@ def test_api_server_restart_keeps_pods_running(
         assert fresh.wait_pod_done("after-restart") == "Succeeded"
     finally:
         fresh.run("delete", "namespace", fresh.namespace, "--wait=false", namespaced=False)
+
+
+def test_up_after_a_killed_run_starts_empty(kube: Kube, local_cluster: Path | None) -> None:
+    """A run killed without `down` (CI cancelled mid-test) left its etcd: the next
+    `up` must not bring its objects back, whose finalizers nobody releases any more
+    (they once failed the journey's demo-down check). Last in this module: it wipes
+    the cluster, which the next modules get back empty and running."""
+    if local_cluster is None:
+        pytest.skip("killing the cluster's processes needs the local cluster")
+    stale = new_namespace(kube, "killed-run")
+    held = {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": "held", "finalizers": ["plateau.test/nobody-releases"]},
+    }
+    stale.apply(held)
+    run = Path(os.environ.get("PLATEAU_CLUSTER_RUN", "/run/plateau-cluster"))
+    for pid_file in (run / "pids").iterdir():
+        if pid_file.suffix != ".match":
+            subprocess.run(["kill", "-KILL", pid_file.read_text().strip()], check=False)
+    status = subprocess.run([str(CLUSTER), "status"], capture_output=True, check=False)
+    assert status.returncode != 0, "every process of the cluster was killed"
+    proc = subprocess.run([str(CLUSTER), "up"], capture_output=True, text=True, check=False)
+    assert proc.returncode == 0, proc.stderr
+    assert "an earlier run left" in proc.stderr, proc.stderr
+    assert not kube.exists("namespace", stale.namespace)
+    names = kube("get", "configmaps", "-A", "-o", "name", namespaced=False)
+    assert "configmap/held" not in names.split()
+    status = subprocess.run([str(CLUSTER), "status"], capture_output=True, check=False)
+    assert status.returncode == 0, "up again, with nothing of the killed run"
