@@ -77,7 +77,13 @@ def running_operator(
         yield op
     finally:
         proc.terminate()
-        proc.wait(timeout=30)
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            # still a failure (a hung shutdown), but not one left running into later tests
+            proc.kill()
+            proc.wait()
+            raise
 
 
 def wait_until(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
