@@ -27,6 +27,9 @@ class Gate:
         self.port = port
         self.seen: list[str] = []
         self.hold_when: Callable[[str, list[str]], bool] | None = None
+        # requests for which this is true have their connection cut before they reach the
+        # server: a network fault on one kind of request (e.g. a multipart part)
+        self.cut_when: Callable[[str], bool] | None = None
         self.held = threading.Event()
         self._open = threading.Event()
         self._lock = threading.Lock()  # a leaf over seen and hold_when; no I/O under it
@@ -54,9 +57,11 @@ class Gate:
                     line = f"{m.group(1).decode()} {m.group(2).decode(errors='replace')}"
                     with self._lock:
                         self.seen.append(line)
-                        hold = self.hold_when
+                        hold, cut = self.hold_when, self.cut_when
                         if hold and not self.held.is_set() and hold(line, self.seen):
                             self.held.set()
+                    if cut is not None and cut(line):
+                        return  # finally: both sides closed, the request never sent
                 tail = (tail + data)[-300:]
                 if self.held.is_set():
                     self._open.wait()

@@ -74,7 +74,7 @@ def test_the_manifest_round_trips_and_groups_by_partition() -> None:
             max_time_ms=1,
             bytes=10,
             key=segment_key("t", p, start, end),
-            sha256="00",
+            etag="00",
             archived_at=1.0,
         )
 

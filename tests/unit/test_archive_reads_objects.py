@@ -70,7 +70,7 @@ class Archive:
             max_time_ms=T0 + first + rows - 1,
             bytes=len(data),
             key=key,
-            sha256=hashlib.sha256(data).hexdigest(),
+            etag=hashlib.md5(data).hexdigest(),  # a single-part upload's ETag
             archived_at=0.0,
         )
         self.segments.append(seg)

@@ -89,7 +89,7 @@ def test_credentials_file_profiles(tmp_path: Path) -> None:
 def archived(partition: str, start: int, end: int) -> ArchivedSegment:
     return ArchivedSegment(
         partition=partition, start=start, end=end, min_time_ms=1, max_time_ms=2, bytes=10,
-        key=f"t/partition={partition}/{start}", sha256="ab" * 32,
+        key=f"t/partition={partition}/{start}", etag="ab" * 16,
         schema=[ArchiveField(name="time", type="int64", nullable=False)], archived_at=1.5,
     )  # fmt: skip
 
@@ -127,3 +127,22 @@ def test_a_version_1_manifest_is_migrated(tmp_path: Path) -> None:
     db = sqlite3.connect(path)
     assert db.execute("PRAGMA user_version").fetchone() == (SCHEMA_VERSION,)
     db.close()
+
+
+def test_a_version_2_manifest_keeps_its_archived_rows(tmp_path: Path) -> None:
+    """Version 2 recorded a SHA-256 the node computed; 3 records the server's ETag in the
+    same column: rows archived before the upgrade are still known as archived."""
+    path = tmp_path / "m.sqlite"
+    m = Manifest(path)
+    m.record_archived(archived("0", 0, 7), "t")
+    m.close()
+    db = sqlite3.connect(path)
+    db.execute("ALTER TABLE archived RENAME COLUMN etag TO sha256")
+    db.execute("PRAGMA user_version = 2")
+    db.commit()
+    db.close()
+    m = Manifest(path)
+    assert m.archived_segments("t") == [archived("0", 0, 7)]
+    m.record_archived(archived("0", 7, 9), "t")
+    assert m.archived_spans("t") == {"0": (0, 9)}
+    m.close()

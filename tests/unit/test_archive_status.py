@@ -23,7 +23,7 @@ def test_published_not_recorded_lets_a_segment_go(tmp_path: Path) -> None:
     m = Manifest(tmp_path / "m.sqlite")
     seg = ArchivedSegment(
         partition="0", start=0, end=10, min_time_ms=0, max_time_ms=0, bytes=1, key="k",
-        sha256="0" * 64, schema=[], archived_at=0.0,
+        etag="0" * 32, schema=[], archived_at=0.0,
     )  # fmt: skip
     m.record_archived(seg, "t")
     status = ArchiveStatus(m, "s3://b/p")  # a restart: SQLite knows it, no manifest object yet

@@ -36,7 +36,7 @@ class NodeSpans:
 def seg(p: str, start: int, end: int) -> ArchivedSegment:
     return ArchivedSegment(
         partition=p, start=start, end=end, min_time_ms=start * 10, max_time_ms=end * 10 - 1,
-        bytes=1000, key=segment_key("t", p, start, end), sha256="0" * 64, archived_at=0.0,
+        bytes=1000, key=segment_key("t", p, start, end), etag="0" * 32, archived_at=0.0,
     )  # fmt: skip
 
 

@@ -124,7 +124,10 @@ class ArchivedSegment(BaseModel):
     max_time_ms: int = Field(description="Latest record time in the segment (epoch ms).")
     bytes: int = Field(description="Size of the Parquet object.")
     key: str = Field(description="Object key relative to the archive root.")
-    sha256: str = Field(description="Hex SHA-256 of the object's bytes, checked after upload.")
+    etag: str = Field(
+        description="The object's ETag as the archive reported it after the upload was verified: "
+        "what identifies this object's bytes (a re-upload gets a new one)."
+    )
     schema_fields: list[ArchiveField] = Field(default_factory=list, alias="schema")
     archived_at: float = Field(description="When the upload was verified (epoch seconds).")
 

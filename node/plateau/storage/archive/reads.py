@@ -269,7 +269,7 @@ class ArchiveReader:
     def group(self, file: ArchivedFile, index: int, columns: Columns | None) -> pa.Table:
         """Row group ``index`` of ``file`` decoded (only ``columns``), fetched at most once
         while cached, and once for all readers asking at the same time."""
-        key = (file.path, file.segment.sha256, index, columns)
+        key = (file.path, file.segment.etag, index, columns)
         with self._lock:
             table = self._groups.get(key)
             if table is not None:

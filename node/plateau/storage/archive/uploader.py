@@ -188,7 +188,11 @@ class Uploader:
                 raise ArchiveError("Behind", f"{row.path} holds {staged.rows} rows, not {row.rows}")
             sent = self.archive.put_file(key, staged.path)
             span = (row.first_index, row.end_index) if staged.span_in_footer else None
-            self.archive.verify(key, sent.size, staged.rows, span)
+            try:
+                etag = self.archive.verify(key, sent.size, staged.rows, span)
+            except ArchiveError:
+                self.archive.discard(key)  # not recorded: no reader may meet it
+                raise
         finally:
             staged.discard()
         seg = ArchivedSegment(
@@ -199,7 +203,7 @@ class Uploader:
             max_time_ms=row.max_time_ms,
             bytes=sent.size,
             key=key,
-            sha256=sent.sha256,
+            etag=etag,
             schema=staged.fields(),
             archived_at=time.time(),
         )

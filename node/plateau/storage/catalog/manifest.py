@@ -94,7 +94,7 @@ CREATE TABLE IF NOT EXISTS archived (
     max_time_ms INTEGER NOT NULL,
     bytes INTEGER NOT NULL,
     key TEXT NOT NULL,
-    sha256 TEXT NOT NULL,
+    etag TEXT NOT NULL,
     schema TEXT NOT NULL,
     archived_at REAL NOT NULL,
     PRIMARY KEY (topic, partition, first_index)
@@ -103,9 +103,9 @@ CREATE TABLE IF NOT EXISTS archived (
 
 
 OWNER_COLUMNS = ("owner_kind", "owner_namespace", "owner_name", "owner_uid")
-SCHEMA_VERSION = 2  # PRAGMA user_version: 0 before topics had owners, 1 before the archive
+SCHEMA_VERSION = 3  # user_version: 0 before topic owners, 1 before the archive, 2 sha256 not etag
 _ARCHIVED_COLUMNS = (
-    "partition, first_index, end_index, min_time_ms, max_time_ms, bytes, key, sha256, schema, "
+    "partition, first_index, end_index, min_time_ms, max_time_ms, bytes, key, etag, schema, "
     "archived_at"
 )
 
@@ -182,7 +182,11 @@ class Manifest:
                 for column in OWNER_COLUMNS:
                     if column not in columns:  # a topic made before owners: ownerless (null)
                         self._db.execute(f"ALTER TABLE topics ADD COLUMN {column} TEXT")
-                # version 2 only adds the ``archived`` table, which SCHEMA created
+                # version 2 only added the ``archived`` table, which SCHEMA creates; 3
+                # records the server's ETag where 2 recorded a SHA-256 the node computed
+                archived = {row[1] for row in self._db.execute("PRAGMA table_info(archived)")}
+                if "sha256" in archived:
+                    self._db.execute("ALTER TABLE archived RENAME COLUMN sha256 TO etag")
                 self._db.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
 
     def close(self) -> None:
@@ -355,7 +359,7 @@ class Manifest:
                     seg.max_time_ms,
                     seg.bytes,
                     seg.key,
-                    seg.sha256,
+                    seg.etag,
                     schema,
                     seg.archived_at,
                 ),
@@ -403,7 +407,7 @@ class Manifest:
 
 
 def _archived(r: tuple[Any, ...]) -> ArchivedSegment:
-    partition, start, end, lo, hi, nbytes, key, sha256, schema, archived_at = r
+    partition, start, end, lo, hi, nbytes, key, etag, schema, archived_at = r
     return ArchivedSegment(
         partition=partition,
         start=start,
@@ -412,7 +416,7 @@ def _archived(r: tuple[Any, ...]) -> ArchivedSegment:
         max_time_ms=hi,
         bytes=nbytes,
         key=key,
-        sha256=sha256,
+        etag=etag,
         schema=[ArchiveField.model_validate(f) for f in json.loads(schema)],
         archived_at=archived_at,
     )
