@@ -103,9 +103,23 @@ async def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     kube()
     if cfg.metrics_port:
         start_http_server(cfg.metrics_port)
-    asyncio.get_running_loop().create_task(_resync_forever(), name="plateau-resync")
+    loop = asyncio.get_running_loop()
+    _background.append(loop.create_task(_resync_forever(), name="plateau-resync"))
     if cfg.usage_seconds > 0:
-        asyncio.get_running_loop().create_task(_poll_usage_forever(), name="plateau-usage")
+        _background.append(loop.create_task(_poll_usage_forever(), name="plateau-usage"))
+
+
+_background: list[asyncio.Task[None]] = []  # the loops configure starts; cleanup ends them
+
+
+@kopf.on.cleanup()
+async def stop_background(**_: Any) -> None:
+    """End the resync and usage loops at once: kopf waits 5 s for tasks still running at
+    exit before it cancels them, which made every operator stop (a roll, a test) 5 s long."""
+    for task in _background:
+        task.cancel()
+    await asyncio.gather(*_background, return_exceptions=True)
+    _background.clear()
 
 
 @kopf.on.probe(id="reconcileSeconds")
