@@ -73,6 +73,7 @@ from common import (
     make_bodies,
     make_data_dir,
     percentile,
+    scrape_metrics,
     usage,
 )
 from ingest import DISTINCT_BODIES, Phase, run_phase
@@ -112,6 +113,16 @@ def wait_archived(url: str, topic: str, timeout: float) -> float:
             return time.monotonic() - started
         time.sleep(0.1)
     raise RuntimeError(f"{topic}: archive still behind after {timeout:.0f} s: {a}")
+
+
+def refusals(url: str) -> dict[str, float]:
+    """The node's refused appends so far, by reason (``plateau_rejected_appends_total``)."""
+    prefix = "plateau_rejected_appends_total{"
+    return {
+        name[len(prefix) :].split('"')[1]: value
+        for name, value in scrape_metrics(url).items()
+        if name.startswith(prefix)
+    }
 
 
 class LagSampler:
@@ -191,6 +202,7 @@ def ingest_pairs(
             result: dict[str, Any] = {}
             for topic, archived in order if i % 2 == 0 else order[::-1]:
                 s3_before = sum(s3.cpu_times()[:2])
+                refused_before = refusals(node.url)
                 reads_before = usage(node.pid).read_bytes
                 sampler.begin() if archived else sampler.on.clear()
                 phase: Phase = run_phase(
@@ -208,6 +220,11 @@ def ingest_pairs(
                     topic=topic,
                 )
                 s3_cores = (sum(s3.cpu_times()[:2]) - s3_before) / phase.elapsed_s
+                refused = {
+                    reason: n - refused_before.get(reason, 0)
+                    for reason, n in refusals(node.url).items()
+                    if n > refused_before.get(reason, 0)
+                }
                 reads = (usage(node.pid).read_bytes - reads_before) / phase.elapsed_s / 1e6
                 time.sleep(args.max_age + 1)  # the open segments seal by age
                 drain = wait_archived(node.url, ARCHIVED, 300) if archived else None
@@ -222,6 +239,7 @@ def ingest_pairs(
                     "node_read_mb_per_s": round(reads),
                     "errors": phase.errors,
                     "rejected_429": phase.rejected_429,
+                    "refused_by_reason": refused,
                     **({"drain_s": round(drain, 1)} if drain is not None else {}),
                 }
             result["ratio"] = round(result["on"]["rows_per_s"] / result["off"]["rows_per_s"], 3)
