@@ -18,7 +18,7 @@ Three measures, each a ratio or a bound within one run (issue 27):
 3. the uploader against a plain upload of the same files: a topic filled with
    archiving off, then switched on; seconds until every sealed segment is archived
    (verify, SQLite row and manifest object included), against pyarrow's
-   ``S3FileSystem`` (the node's client, same settings: background writes, 8 MiB
+   ``S3FileSystem`` (the node's client, same settings: no background writes, 8 MiB
    writes, 4 files at once) uploading the topic's segment files, before and after.
 4. that topic's full history through ``plateau.spark.read_topic(archive=...)`` against
    ``spark.read.parquet`` of the objects its manifest lists (bench/archive_spark.py).
@@ -291,6 +291,7 @@ def plain_upload(server: S3Server, files: list[Path], prefix: str) -> float:
         endpoint_override=server.endpoint.removeprefix("http://"),
         scheme="http",
         region=REGION,
+        background_writes=False,  # as the node's store
     )
 
     def one(path: Path) -> None:
