@@ -16,6 +16,11 @@ Runs the same way locally and on Kubernetes:
         local:///opt/plateau/examples/spark_job.py --path /plateau/data \
         --topic inference_logs --column latency_ms --out /tmp/hourly
 
+With ``--archive`` it reads the topic's whole history: what the node's object-storage
+archive holds, then what only the node has, each row once (``read_topic(archive=...)``;
+S3A's settings and keys and ``$PLATEAU_ARCHIVE`` come from ``plateau spark-conf`` for a
+node with ``spec.archive``).
+
 A ``parquet`` topic read from a volume goes through ``read_topic`` (Spark's own
 Parquet reader), a node's URL through ``read_topic`` too (plateau's JVM reader;
 the Spark image has it on the classpath), an ``arrow`` topic on a volume through
@@ -26,12 +31,15 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 
 from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql import functions as F
 
 import plateau.spark
+
+ARCHIVE_ENV = "PLATEAU_ARCHIVE"  # s3a://bucket/prefix: plateau spark-conf sets it in the driver
 
 
 def read(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
@@ -44,7 +52,9 @@ def read(spark: SparkSession, args: argparse.Namespace) -> DataFrame:
         if getattr(args, name):
             options[name] = getattr(args, name)
     columns = ["_time", *([args.column] if args.column else [])]
-    if args.url or args.format == "parquet":
+    if args.archive:
+        options["archive"] = args.archive
+    if args.url or args.format == "parquet" or args.archive:
         return plateau.spark.read_topic(spark, columns=",".join(columns), **options)
     return spark.read.format("plateau").options(columns=",".join(columns), **options).load()
 
@@ -79,7 +89,17 @@ def main(argv: list[str]) -> int:
         help="the report line also gives the column's total (sum_COLUMN), to check against "
         "what a producer was acknowledged",
     )
+    parser.add_argument(
+        "--archive",
+        nargs="?",
+        const=os.environ.get(ARCHIVE_ENV, ""),
+        help="read the whole history: the node's archive (s3a://bucket/prefix; without a "
+        f"value ${ARCHIVE_ENV}, which plateau spark-conf sets for a node with an archive), "
+        "then the node",
+    )
     args = parser.parse_args(argv)
+    if args.archive == "":
+        parser.error(f"--archive without a value needs ${ARCHIVE_ENV} (plateau spark-conf)")
 
     spark = SparkSession.builder.appName(f"plateau-hourly-{args.topic}").getOrCreate()
     plateau.spark.register(spark)

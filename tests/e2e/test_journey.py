@@ -3,7 +3,11 @@
 The README's shell blocks marked ``<!-- journey: NAME -->`` run here in order with bash,
 from the repository's root, with ``KUBECONFIG`` and ``PATH`` from ``tools/demo env``:
 
-1. ``tools/demo up`` from a clean cluster state (``tools/demo down --keep-cluster`` first);
+1. ``tools/demo up`` from a clean cluster state (``tools/demo down --keep-cluster`` first):
+   the producer's rows acknowledged, topic ``clicks`` archived to the S3 server in the
+   namespace (``Archived`` Current, every record's segment an object in the bucket), the
+   Spark job's read of its whole history (archive, then volume) equal to what was
+   acknowledged;
 2. the walkthrough's blocks again, as a GitOps tool re-applies: ``kubectl apply -f
    examples/`` says ``unchanged`` for every object, and no status churns for 15 s;
 3. a Spark streaming job, then the producer for a minute at a steady rate through the
@@ -13,8 +17,8 @@ from the repository's root, with ``KUBECONFIG`` and ``PATH`` from ``tools/demo e
    URL: count and sum equal what was acknowledged;
 5. the streaming job's totals equal what was acknowledged once ingest stopped;
 6. a retention change applied as YAML: usage within the new budget, oldest first, shown
-   in the topic's status within 10 s;
-7. ``tools/demo down``: topics, node, namespace, release: nothing left.
+   in the topic's status within 10 s, while the archive still starts at index 0;
+7. ``tools/demo down``: topics, node, S3 server, volumes, namespace, release: nothing left.
 
 Each step prints one JSON line with its time and figures. The steps are tests of their
 own, in order; a step after a failed one is skipped.
@@ -27,12 +31,14 @@ import os
 import re
 import subprocess
 import time
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from tests.e2e.kube import ROOT, Kube, restricted_template, spark_submit
+from tests.e2e.operator import condition
 
 README = ROOT / "README.md"
 DEMO = ROOT / "tools" / "demo"
@@ -43,6 +49,11 @@ URL = f"http://plateau-{NODE}.{NS}.svc:3030"
 RETENTION_BYTES = 4 << 20  # the README's retention block: maxBytes 4Mi
 STATUS_WITHIN = 10.0  # seconds from the apply to the status showing the new usage
 PRODUCE_SECONDS = 60  # examples/jobs/producer.yaml
+ARCHIVED = "clicks"  # examples/plateautopic-clicks.yaml: archive.enabled
+# examples/plateaunode.yaml's spec.archive (bucket plateau-archive, prefix plateau), as
+# the S3 server of examples/archive/seaweedfs.yaml keeps it
+BUCKET_DIR = "/buckets/plateau-archive/plateau/clicks"
+ARCHIVE_CLAIM = "seaweedfs-data"  # examples/archive/seaweedfs.yaml
 
 # What the steps found, for the ones after them.
 state: dict[str, Any] = {}
@@ -107,8 +118,39 @@ def test_1_demo_up(team: Kube, kubeconfig: str) -> None:
     assert produced["acknowledged"] == produced["produced"] > 0
     state["before"] = {t: produced["topics"][t] for t in produced["topics"]}
     spark = json_lines(team.logs("spark-job-driver"), '"topic"')
-    emit("1 tools/demo up", t0, producer=produced, spark_job=spark[-1] if spark else None)
+    # the Spark job read clicks' whole history (archive, then volume): each row once
+    clicks = produced["topics"][ARCHIVED]
+    assert spark and (spark[-1]["rows"], spark[-1]["sum_latency_ms"]) == (
+        clicks["rows"], clicks["sum_latency_ms"]), spark  # fmt: skip
+    archive = archive_shown(team)
+    emit("1 tools/demo up", t0, producer=produced, spark_job=spark[-1],
+         archived_segments=archive["uploadedSegments"])  # fmt: skip
     passed()
+
+
+def bucket_objects(team: Kube, partition: str) -> list[tuple[int, int]]:
+    """The (first, last) index spans of the partition's objects in the bucket, sorted, as
+    the S3 server lists them (``weed shell`` in its pod)."""
+    out = team("exec", "-i", "deploy/seaweedfs", "--", "weed", "shell",
+               stdin=f"fs.ls {BUCKET_DIR}/partition={partition}\n")  # fmt: skip
+    return sorted((int(a), int(b)) for a, b in re.findall(r"(\d{20})-(\d{20})\.parquet", out))
+
+
+def archive_shown(team: Kube) -> dict[str, Any]:
+    """What ``tools/demo up`` says to look at: the archived topic's status shows the
+    archive Current with every record archived, and the bucket holds each partition's
+    segments from index 0 on, without a gap. The S3 server keeps them on a volume."""
+    topic = team.get("plateautopic", ARCHIVED)
+    assert condition(topic, "Archived") == ("True", "Current"), topic["status"]
+    archive, used = topic["status"]["archive"], topic["status"]["usage"]
+    assert archive["lagSegments"] == 0 and archive["required"] is True, archive
+    for p, span in archive["partitions"].items():
+        assert (span["start"], span["end"]) == (0, used["partitions"][p]["end"]), (p, archive)
+        objects = bucket_objects(team, p)
+        assert objects and objects[0][0] == 0 and objects[-1][1] + 1 == span["end"], objects
+        assert all(b[0] == a[1] + 1 for a, b in pairwise(objects)), objects
+    assert team.get("pvc", ARCHIVE_CLAIM)["status"]["phase"] == "Bound"
+    return dict(archive)
 
 
 def resource_versions(ns: Kube) -> dict[str, str]:
@@ -248,10 +290,13 @@ def test_6_retention_change(team: Kube, kubeconfig: str) -> None:
         interval=0.5,
     )
     shown = time.monotonic() - t_apply
+    archive = team.get("plateautopic", ARCHIVED)["status"]["archive"]
     for p, was in before["partitions"].items():
         now = after["partitions"][p]
         assert now["end"] == was["end"], "the newest rows stay"
         assert now["start"] > was["start"], "the oldest went first"
+        # ...from the node's disk only: the archive keeps the whole history
+        assert archive["partitions"][p]["start"] == 0, archive
     assert shown <= STATUS_WITHIN, f"the status showed the new usage after {shown:.1f}s"
     emit("6 retention", t0, bytes_before=before["bytes"], bytes_after=after["bytes"],
          budget=RETENTION_BYTES, status_seconds=round(shown, 1))  # fmt: skip
@@ -259,18 +304,19 @@ def test_6_retention_change(team: Kube, kubeconfig: str) -> None:
 
 
 def test_7_demo_down(team: Kube, kube: Kube, kubeconfig: str) -> None:
+    def claims_of_the_team() -> list[str]:
+        pvs = kube.get("pv", namespaced=False)["items"]
+        return [pv["spec"]["claimRef"]["name"] for pv in pvs
+                if (pv["spec"].get("claimRef") or {}).get("namespace") == NS]  # fmt: skip
+
+    assert ARCHIVE_CLAIM in claims_of_the_team(), "the S3 server's volume, before"
     t0 = time.monotonic()
     readme("demo-down", kubeconfig)
     assert not kube.exists("namespace", NS)
     assert not kube.exists("namespace", "plateau-system")
     left = kube("get", "plateaunodes,plateautopics", "-A", "-o", "name", namespaced=False)
     assert not left.strip(), left
-
-    def claims_of_the_team() -> list[str]:
-        pvs = kube.get("pv", namespaced=False)["items"]
-        return [pv["metadata"]["name"] for pv in pvs
-                if (pv["spec"].get("claimRef") or {}).get("namespace") == NS]  # fmt: skip
-
-    kube.wait_for("the team's volumes gone", lambda: not claims_of_the_team(), 120)
+    # tools/demo down waited for them: the node's and the S3 server's volumes
+    assert not claims_of_the_team()
     emit("7 tools/demo down", t0)
     passed()
