@@ -112,14 +112,19 @@ def test_archived_rows_round_trip_and_go_with_the_topic(tmp_path: Path) -> None:
     m.close()
 
 
+def as_written_by(path: Path, version: int, change: str) -> None:
+    """Make the manifest at ``path`` look as an older node (schema ``version``) left it."""
+    db = sqlite3.connect(path)
+    db.execute(change)
+    db.execute(f"PRAGMA user_version = {version}")
+    db.commit()
+    db.close()
+
+
 def test_a_version_1_manifest_is_migrated(tmp_path: Path) -> None:
     path = tmp_path / "m.sqlite"
     Manifest(path).close()
-    db = sqlite3.connect(path)
-    db.execute("DROP TABLE archived")
-    db.execute("PRAGMA user_version = 1")
-    db.commit()
-    db.close()
+    as_written_by(path, 1, "DROP TABLE archived")
     m = Manifest(path)
     m.record_archived(archived("0", 0, 1), "t")
     assert len(m.archived_segments("t")) == 1
@@ -136,11 +141,7 @@ def test_a_version_2_manifest_keeps_its_archived_rows(tmp_path: Path) -> None:
     m = Manifest(path)
     m.record_archived(archived("0", 0, 7), "t")
     m.close()
-    db = sqlite3.connect(path)
-    db.execute("ALTER TABLE archived RENAME COLUMN etag TO sha256")
-    db.execute("PRAGMA user_version = 2")
-    db.commit()
-    db.close()
+    as_written_by(path, 2, "ALTER TABLE archived RENAME COLUMN etag TO sha256")
     m = Manifest(path)
     assert m.archived_segments("t") == [archived("0", 0, 7)]
     m.record_archived(archived("0", 7, 9), "t")
