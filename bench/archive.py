@@ -26,7 +26,9 @@ Three measures, each a ratio or a bound within one run (issue 27):
 The S3 server runs on the same machine (in production it is elsewhere): its data
 goes to ``--s3-dir`` (tmpfs by default) so that it does not share the node's disk, and
 in the ingest phases it runs on CPUs of its own (``--split-cpus``, cpuset cgroups): the
-node and the load driver on CPU 0 in both phases, the server on the rest. SeaweedFS
+node and the load driver on CPU 0 in both phases, the server on the rest, and with it
+the kernel's receive work for loopback (``lo``'s ``rps_cpus``, restored after), which
+would otherwise run on the sending CPU, the node's. SeaweedFS
 spends 5-8 CPU-seconds per GB it stores (three MD5 passes: the ETag, the chunk's
 Content-MD5 and the volume server's check), close to a core at the node's rate, so
 sharing the CPUs would measure the server more than the node; its CPU is reported
@@ -77,7 +79,7 @@ from common import (
     usage,
 )
 from ingest import DISTINCT_BODIES, Phase, run_phase
-from testkit.cpucg import CpuSet
+from testkit.cpucg import CpuSet, loopback_receive_on
 from testkit.nodeproc import NodeProcess
 from testkit.s3server import ADMIN, REGION, S3Server
 
@@ -186,6 +188,7 @@ def ingest_pairs(
     pairs: list[dict[str, Any]] = []
     s3 = psutil.Process(s3_pid)
     groups: list[CpuSet] = []
+    restore = contextlib.ExitStack()
     if args.split_cpus:  # the node and the load driver (this process's threads) on CPU 0
         why = CpuSet.available()
         if why:
@@ -195,7 +198,9 @@ def ingest_pairs(
         for pid in (node.pid, os.getpid()):
             groups[0].add(pid)
         groups[1].add(s3_pid)
-        log(f"CPU 0: the node and the load driver; CPUs {groups[1].cpus}: the S3 server")
+        restore.enter_context(loopback_receive_on(range(1, last + 1)))
+        log(f"CPU 0: the node and the load driver; CPUs {groups[1].cpus}: the S3 server and "
+            "the kernel's receive work for loopback")  # fmt: skip
     try:
         for i in range(args.pairs):
             order = [(PLAIN, False), (ARCHIVED, True)]
@@ -249,6 +254,7 @@ def ingest_pairs(
         sampler.stop()
         for group in groups:
             group.remove()
+        restore.close()
     on = statistics.median(p["on"]["rows_per_s"] for p in pairs)
     off = statistics.median(p["off"]["rows_per_s"] for p in pairs)
     node_lag, record_lag = sorted(sampler.node_lag), sorted(sampler.record_lag)
@@ -450,7 +456,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         action=argparse.BooleanOptionalAction,
         default=True,
         help="in the ingest phases, the node and the load driver on CPU 0 and the S3 server on "
-        "the others (cpuset cgroups), as if the server ran elsewhere; --no-split-cpus: all "
+        "the others (cpuset cgroups) with loopback's receive work (lo's rps_cpus, restored "
+        "after), as if the server ran elsewhere; --no-split-cpus: all "
         "share every CPU and the co-located server takes the node's CPU [on]",
     )
     ap.add_argument("--keep", action="store_true", help="keep the data dir and logs")

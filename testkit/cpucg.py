@@ -17,6 +17,8 @@ import contextlib
 import os
 import time
 import uuid
+from collections.abc import Iterator
+from pathlib import Path
 
 from testkit.memcg import ROOT, _own_path
 
@@ -72,3 +74,23 @@ class CpuSet:
                 return
             except OSError:
                 time.sleep(0.1)
+
+
+@contextlib.contextmanager
+def loopback_receive_on(cpus: range) -> Iterator[None]:
+    """Process loopback's receive side (the kernel's TCP receive work, a softirq) on
+    ``cpus`` while inside, then restore: without it, what the S3 server receives is
+    processed on the sender's CPU, so the server's network work lands on the node's
+    CPU though the server itself runs elsewhere (receive packet steering, ``rps_cpus``
+    of ``lo``'s queues; host-wide while inside, restored on the way out)."""
+    queues = sorted(Path("/sys/class/net/lo/queues").glob("rx-*/rps_cpus"))
+    before = [q.read_text().strip() for q in queues]
+    mask = f"{sum(1 << c for c in cpus):x}"
+    try:
+        for q in queues:
+            q.write_text(mask)
+        yield
+    finally:
+        for q, value in zip(queues, before, strict=True):
+            with contextlib.suppress(OSError):
+                q.write_text(value)
