@@ -1,6 +1,6 @@
 """The archive's S3 client, behind the few calls the uploader and the readers make.
 
-Narrow on purpose: ``put_file``, ``put_bytes``, ``verify``, ``head``, ``open``
+Narrow on purpose: ``put_file``, ``discard``, ``put_bytes``, ``verify``, ``open``
 and ``check_bucket`` are all the node asks of object storage, so the client
 under them (pyarrow's ``S3FileSystem`` today; boto3 or obstore are candidates)
 can be swapped in this one module.
@@ -250,14 +250,6 @@ class Archive:
                 out.write(data)
         except OSError as exc:
             raise classify(exc) from exc
-
-    def head(self, key: str) -> int | None:
-        """The object's size, ``None`` if there is no such object."""
-        try:
-            info = self.fs.get_file_info(self.path(key))
-        except OSError as exc:
-            raise classify(exc) from exc
-        return None if info.type == pafs.FileType.NotFound else info.size
 
     def open(self, key: str) -> pa.NativeFile:
         """A random-access file on the object: reads are ranged GETs."""
