@@ -157,10 +157,15 @@ def _client_loop(
     sequences: list[Iterator[int]],
     stats: ClientStats,
     topic: str = TOPIC,
+    partition_prefix: str = "",
 ) -> None:
-    """One writer: closed loop (next request when the last is answered) or open loop."""
+    """One writer: closed loop (next request when the last is answered) or open loop.
+
+    ``partition_prefix``: partitions are named ``{prefix}0``... (plateau's Rust
+    server, which ingest_vs_rs.py also drives, refuses digit-only names).
+    """
     headers = {"content-type": ARROW_FILE}
-    paths = [f"/topic/{topic}/partition/{p}" for p in range(partitions)]
+    paths = [f"/topic/{topic}/partition/{partition_prefix}{p}" for p in range(partitions)]
     client = open_client(kind, url)
     try:
         k = 0
@@ -244,6 +249,7 @@ def run_phase(
     duration: float,
     rate: float | None,
     topic: str = TOPIC,
+    partition_prefix: str = "",
 ) -> Phase:
     interval = clients * rows_per_body / rate if rate else None
     stats = [ClientStats() for _ in range(clients)]
@@ -265,7 +271,12 @@ def run_phase(
                 deadline,
                 interval,
             ),
-            kwargs={"sequences": sequences, "stats": stats[i], "topic": topic},
+            kwargs={
+                "sequences": sequences,
+                "stats": stats[i],
+                "topic": topic,
+                "partition_prefix": partition_prefix,
+            },
             name=f"writer-{i}",
             daemon=True,
         )
