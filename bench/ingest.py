@@ -397,14 +397,74 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="extra environment for the node (repeatable), e.g. MALLOC_ARENA_MAX=2",
     )
     ap.add_argument("--keep", action="store_true", help="keep the data dir and node log")
+    ap.add_argument(
+        "--compare-unlimited",
+        action="store_true",
+        help="with --memory-limit: first the same load on a node without the limit (no\n"
+        "baseline phase), then the limited run; adds limited_vs_unlimited (issue 28)",
+    )
     args = ap.parse_args(argv)
     if args.rate is not None and args.half_rate_check:
         ap.error("--rate and --half-rate-check exclude each other")
+    if args.compare_unlimited and not args.memory_limit:
+        ap.error("--compare-unlimited needs --memory-limit")
     return args
+
+
+# issue 28: under the memory limit, against the same load without it
+LIMITED_VS_UNLIMITED_TARGET = 0.8
+LIMITED_P99_TARGET_MS = 200.0
+
+
+def compare_unlimited(args: argparse.Namespace) -> dict[str, Any]:
+    """The load of ``args`` on a node without the memory limit, then the limited run.
+
+    The unlimited run skips the baseline phase and measures the disk only briefly:
+    it exists for its rows/s, which the limited run's are divided by.
+    """
+    free = argparse.Namespace(**vars(args))
+    free.memory_limit = None
+    free.baseline_partitions = args.partitions  # no baseline phase
+    free.disk_seconds = min(args.disk_seconds, 1.0)
+    if args.data_dir is not None:
+        free.data_dir = args.data_dir.parent / f"{args.data_dir.name}-unlimited"
+    log("the same load without the memory limit first")
+    unlimited = run_in_data_dir(free)
+    log("now under the memory limit")
+    result = run_in_data_dir(args)
+    ratio = result["rows_per_s"] / unlimited["rows_per_s"] if unlimited["rows_per_s"] else None
+    oom_kills = result["memory"]["oom_kills"]
+    result["unlimited"] = {
+        k: unlimited[k]
+        for k in ("rows_per_s", "p50_ms", "p99_ms", "max_ms", "rejected_429", "errors")
+    } | {"peak_rss_mb": unlimited["peak_rss_mb"], "node_cpu_cores": unlimited["node_cpu_cores"]}
+    result["limited_vs_unlimited"] = round(ratio, 3) if ratio is not None else None
+    result["memory_targets"] = {
+        "limited_vs_unlimited": {
+            "value": result["limited_vs_unlimited"],
+            "target": LIMITED_VS_UNLIMITED_TARGET,
+            "pass": ratio is not None and ratio >= LIMITED_VS_UNLIMITED_TARGET,
+        },
+        "limited_p99_ms": {
+            "value": result["p99_ms"],
+            "target": LIMITED_P99_TARGET_MS,
+            "pass": result["p99_ms"] <= LIMITED_P99_TARGET_MS,
+        },
+        "oom_kills": {"value": oom_kills, "target": 0, "pass": oom_kills == 0},
+    }
+    result["memory_targets_pass"] = all(t["pass"] for t in result["memory_targets"].values())
+    return result
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:
     args = parse_args(argv)
+    if args.compare_unlimited:
+        return compare_unlimited(args)
+    return run_in_data_dir(args)
+
+
+def run_in_data_dir(args: argparse.Namespace) -> dict[str, Any]:
+    """``run`` on ``--data-dir`` or a new temp dir, deleted afterwards unless ``--keep``."""
     data_dir, temp_root = make_data_dir(args.data_dir, "plateau-bench-ingest-")
     log(f"data dir {data_dir}")
     try:
