@@ -30,6 +30,7 @@ import statistics
 import sys
 import tempfile
 import time
+import typing
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +51,7 @@ from common import (
     log,
 )
 from ingest import run_phase
+from plateau.protocol.topic_config import SegmentConfig
 from rs_server import RsServer, read_partitions, spans, start_rs
 from testkit.nodeproc import NodeProcess
 from workloads import WORKLOADS, codec_ratios, make_workload_bodies
@@ -93,11 +95,8 @@ def run_one(
             config = create_topic(
                 server.url,
                 TOPIC,
-                {
-                    "partitions": args.partitions,
-                    "segment": segment,
-                    "retention": {"max_bytes": budget},
-                },
+                # no "partitions": those are named 0..N-1; appends create p0.. as plateau does
+                {"segment": segment, "retention": {"max_bytes": budget}},
             )
             log(f"{system}: topic {config.get('config', config).get('segment')}")
         try:
@@ -116,7 +115,7 @@ def run_one(
                 topic=TOPIC,
                 partition_prefix=PREFIX,
             )
-            # the node also lists the empty partitions 0.. its topic config made
+            # the node also lists the empty partition 0 its topic config made
             written = {f"{PREFIX}{i}" for i in range(args.partitions)}
             ranges = {p: r for p, r in spans(server.url, TOPIC).items() if p in written}
             retained = sum(e - s for s, e in ranges.values())
@@ -235,6 +234,12 @@ def targets(result: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return out
 
 
+def node_codecs() -> list[str]:
+    """The values the node's topic config takes for ``compression``, from its own model."""
+    annotation = SegmentConfig.model_fields["compression"].annotation
+    return [v for arg in typing.get_args(annotation) for v in typing.get_args(arg)]
+
+
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     ap.add_argument(
@@ -251,7 +256,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--node-topics", default="arrow,parquet", help="node topic formats [arrow,parquet]"
     )
     ap.add_argument(
-        "--compression", default=None, help="node topics' compression [the node's default]"
+        "--compression",
+        choices=node_codecs(),
+        default=None,
+        help="node topics' segment compression [the node's default]",
     )
     ap.add_argument("--clients", "--writers", type=int, default=4, help="writer threads [4]")
     ap.add_argument("--partitions", type=int, default=4, help="partitions p0.. [4]")
