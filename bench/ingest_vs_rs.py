@@ -37,6 +37,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # testkit.nodeproc
 
+import httpx
+
 from clients import CLIENTS
 from common import (
     NODE_START_S,
@@ -115,6 +117,12 @@ def run_one(
                 topic=TOPIC,
                 partition_prefix=PREFIX,
             )
+            # the node's view of the topic after the ingest (the codec it chose, per column)
+            topic_status = (
+                httpx.get(f"{server.url}/admin/topics/{TOPIC}", timeout=30.0).json()
+                if system != RS
+                else None
+            )
             # the node also lists the empty partition 0 its topic config made
             written = {f"{PREFIX}{i}" for i in range(args.partitions)}
             ranges = {p: r for p, r in spans(server.url, TOPIC).items() if p in written}
@@ -165,6 +173,7 @@ def run_one(
         "read_page_p99_ms": round(read.p99_ms(), 1),
         "read_cpu_cores": round(read.server_cpu_s / read.elapsed_s, 2) if read.elapsed_s else 0,
         "first_error": phase.first_error or read.first_error,
+        "topic": topic_status,
     }
 
 
