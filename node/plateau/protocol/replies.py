@@ -140,6 +140,22 @@ class PartitionUsage(BaseModel):
         return Span(self.start, self.end)
 
 
+class ColumnCompression(BaseModel):
+    """How one column is stored: the codec in force and what it achieved."""
+
+    codec: str = Field(
+        description="lz4, zstd or none: the codec of the column's latest segment (chosen per "
+        "column unless the topic sets segment.compression)."
+    )
+    raw_bytes: int = Field(
+        description="The column's bytes before compression, since the node started."
+    )
+    stored_bytes: int = Field(description="The same bytes as written to segments.")
+    ratio: float = Field(
+        description="stored_bytes / raw_bytes: 1.0 uncompressed, lower is smaller."
+    )
+
+
 class TopicUsage(BaseModel):
     """What a topic stores now, in all and per partition."""
 
@@ -150,6 +166,11 @@ class TopicUsage(BaseModel):
     partitions: dict[str, PartitionUsage]
     archive: TopicArchive | None = Field(
         default=None, description="The topic's archive; null when the topic is not archived."
+    )
+    columns: dict[str, ColumnCompression] = Field(
+        default_factory=dict,
+        description="Per column, the codec in force and the ratio achieved since the node "
+        "started (arrow topics: as appended; parquet topics: as sealed). Empty until data comes.",
     )
 
 

@@ -19,6 +19,7 @@ from plateau.protocol import ARROW_FILE, ARROW_STREAM, JSON, JSON_ENVELOPE
 from plateau.protocol.errors import InvalidInput
 from plateau.server.errors import NotAcceptable, UnsupportedMediaType
 from plateau.server.params import parse_time
+from plateau.storage.data.ipc_messages import batch_messages as ipc_batch_messages
 
 APPEND_TYPES = (ARROW_FILE, ARROW_STREAM, JSON)
 LEGACY_MESSAGE_COLUMN = "message"
@@ -74,18 +75,28 @@ def reply_media_type(accept: str | None) -> str:
 
 def decode_append(media: str, body: bytes) -> pa.Table:
     """Decode and validate an append body; every failure is a 400 naming the problem."""
+    return decode_append_messages(media, body)[0]
+
+
+def decode_append_messages(media: str, body: bytes) -> tuple[pa.Table, list[pa.Message] | None]:
+    """The table of an append body, and for Arrow IPC its record batch messages as sent.
+
+    The table is decoded from those very messages, so that what the node keeps
+    in memory and what it writes to the segment are the same bytes.
+    """
     if not body:
         raise InvalidInput("empty body: send at least one record")
+    messages: list[pa.Message] | None = None
     if media == JSON:
         table = _table_from_json(body)
     else:
-        table = _table_from_ipc(body, stream=media == ARROW_STREAM)
+        table, messages = _table_from_ipc(body, stream=media == ARROW_STREAM)
     try:
         _check_names(table.schema)
     except UnicodeDecodeError as exc:  # names are UTF-8 by the Arrow spec; pyarrow decodes lazily
         raise InvalidInput(f"a column or field name is not valid UTF-8: {exc.reason}") from exc
     check_table(table)
-    return table
+    return table, messages
 
 
 def _check_names(schema: pa.Schema) -> None:
@@ -102,13 +113,18 @@ def _check_names(schema: pa.Schema) -> None:
             stack.append(child.type)
 
 
-def _table_from_ipc(body: bytes, *, stream: bool) -> pa.Table:
+def _table_from_ipc(body: bytes, *, stream: bool) -> tuple[pa.Table, list[pa.Message] | None]:
     buffer = pa.py_buffer(body)
     kind = "stream" if stream else "file"
     try:
+        found = ipc_batch_messages(buffer, stream=stream)
+        if found is not None:
+            schema, messages = found
+            batches = [ipc.read_record_batch(m, schema) for m in messages]
+            return pa.Table.from_batches(batches, schema), messages
         if stream:
-            return ipc.open_stream(buffer).read_all()
-        return ipc.open_file(pa.BufferReader(buffer)).read_all()
+            return ipc.open_stream(buffer).read_all(), None
+        return ipc.open_file(pa.BufferReader(buffer)).read_all(), None
     except (pa.ArrowException, OSError, ValueError) as exc:
         raise InvalidInput(f"malformed Arrow IPC {kind} body: {exc}") from exc
 

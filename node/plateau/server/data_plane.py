@@ -31,7 +31,6 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
-import pyarrow as pa
 from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
@@ -59,7 +58,7 @@ from plateau.server.auth import bearer_token, check_token
 from plateau.server.body import read_body
 from plateau.server.codecs import (
     append_media_type,
-    decode_append,
+    decode_append_messages,
     encode_arrow,
     reply_media_type,
 )
@@ -212,9 +211,9 @@ def _append(
 ) -> Span:
     started = time.perf_counter()
     _STAGE_QUEUE.observe(started - handed_off)
-    table: pa.Table = decode_append(media, body)
+    table, messages = decode_append_messages(media, body)
     _STAGE_DECODE.observe(time.perf_counter() - started)
-    return engine.append(topic, partition, table)
+    return engine.append(topic, partition, table, messages)
 
 
 # --- iterate a topic -------------------------------------------------------------------

@@ -16,7 +16,7 @@ import shutil
 import sqlite3
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
@@ -279,10 +279,18 @@ class Engine:
         )
 
     # --- data -------------------------------------------------------------------
-    def append(self, topic: str, partition: str, table: pa.Table) -> Span:
+    def append(
+        self,
+        topic: str,
+        partition: str,
+        table: pa.Table,
+        messages: Sequence[pa.Message] | None = None,
+    ) -> Span:
         """Append all rows of ``table`` or none; returns the indexes assigned.
 
-        Returns after the rows are durable (per the durability mode).
+        Returns after the rows are durable (per the durability mode). ``messages``:
+        the table's Arrow IPC batch messages as received, written as they are when
+        validation leaves the table unchanged (``Partition.append``).
         """
         check_name("topic", topic)
         check_name("partition", partition)
@@ -292,11 +300,13 @@ class Engine:
             t = self._topic_for_append(topic)
             if t.archive_held is not None:
                 usage.check_archive_behind(t, self.archive_status, self.archive is not None)
-            table = prepare(table, t.config.segment.format)
+            prepared = prepare(table, t.config.segment.format)
+            if prepared is not table:
+                table, messages = prepared, None  # changed: encoded again from the table
             self._check_free_space()
             p = self._catalog.partition(t, partition)
             try:
-                span = p.append(table, t.config.segment, t.config.archive.enabled)
+                span = p.append(table, t.config.segment, t.config.archive.enabled, messages)
             except (OSError, sqlite3.OperationalError) as exc:
                 if disk_full(exc):
                     raise InsufficientStorage(

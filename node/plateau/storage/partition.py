@@ -17,7 +17,7 @@ import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,9 +31,11 @@ from plateau.storage.catalog.locks import Rank, ranked
 from plateau.storage.catalog.manifest import Manifest, SegmentRow
 from plateau.storage.catalog.memory import MemoryBudget
 from plateau.storage.catalog.progress import Progress
+from plateau.storage.data.column_codecs import ColumnPlan, CompressionStats, adaptive
 from plateau.storage.data.durable_io import make_dirs, rename_durably
+from plateau.storage.data.ipc_messages import Encoded
 from plateau.storage.data.open_segment import WRITE_BUFFER, OpenSegment
-from plateau.storage.data.sealed_writer import sealed_name, write_sealed
+from plateau.storage.data.sealed_writer import parquet_column_bytes, sealed_name, write_sealed
 from plateau.storage.metrics import APPEND_STAGE_SECONDS, SEAL_SECONDS
 from plateau.storage.types import Index, WritePolicy
 
@@ -92,18 +94,35 @@ class Partition:
         self._on_sealed = ctx.on_sealed
         self._relaxed = ctx.policy.relaxed
         self._drop_pages = ctx.policy.drop_written_pages
+        # read and replaced without the lock: a plan is immutable, and two appends that both
+        # find it stale only sample twice
+        self._plan: ColumnPlan | None = None
+        self._plan_stale = True
+        self.compression = CompressionStats()
         self._memory = ctx.memory
         self._progress = ctx.progress
 
     # --- writing ----------------------------------------------------------------
-    def append(self, table: pa.Table, config: SegmentConfig, archived: bool = False) -> Span:
+    def append(
+        self,
+        table: pa.Table,
+        config: SegmentConfig,
+        archived: bool = False,
+        messages: Sequence[pa.Message] | None = None,
+    ) -> Span:
         """Write all rows of ``table`` into the open segment and wait until durable.
+
+        ``messages``: the table's batches as the client encoded them (an Arrow IPC body
+        decoded without change); they are written as they came where no column is
+        compressed, instead of being encoded again. Encoding and compression happen
+        here, before the partition lock: only the ``writev`` is under it.
 
         ``archived``: the topic's segments will be uploaded, so a new segment keeps its
         written pages cached (the uploader reads the sealed file once, then drops them):
         dropped, every byte was read back from the disk, which halved the ingest rate.
         """
         started = time.perf_counter()
+        encoded, plan = self._encode(table, config, messages)
         deadline = time.monotonic() + SCHEMA_CHANGE_WAIT
         seg: OpenSegment | None = None
         with self.lock:
@@ -134,7 +153,7 @@ class Partition:
             try:
                 if seg is None:
                     seg = self._new_segment_locked(table.schema, config, archived)
-                seq = seg.append(table)
+                seq = seg.append(table, encoded)
             except BaseException:
                 self._memory.release(charge, sealing=False)
                 raise
@@ -143,15 +162,43 @@ class Partition:
             self.next_index = Index(start + table.num_rows)
         written = time.perf_counter()
         _STAGE_WRITE.observe(written - started)
+        self._count(plan, encoded)
         if not self._relaxed:
             seg.commit.wait(seq)
             _STAGE_DURABLE.observe(time.perf_counter() - written)
         return Span(start, start + table.num_rows)
 
+    def _encode(
+        self, table: pa.Table, config: SegmentConfig, messages: Sequence[pa.Message] | None
+    ) -> tuple[list[Encoded], ColumnPlan]:
+        """The table's messages as the open file will hold them (``column_codecs``)."""
+        if messages is None:
+            messages = [pa.ipc.read_message(b.serialize()) for b in table.to_batches()]
+        plan = self._plan
+        if plan is None or self._plan_stale or not plan.fits(table.schema, config):
+            plan = ColumnPlan.choose(table.schema, config, messages[0])
+            self._plan, self._plan_stale = plan, False
+        return [plan.encode(m) for m in messages], plan
+
+    def _count(self, plan: ColumnPlan, encoded: list[Encoded]) -> None:
+        if plan.config.format != "arrow":
+            return  # a parquet topic's codecs are counted at seal, from its Parquet file
+        names = plan.schema.names
+        codecs = [plan.codec_of(i) for i in range(len(names))]
+        for e in encoded:
+            self.compression.add(names, codecs, e.raw_by_column, e.stored_by_column)
+
+    def _count_parquet(self, path: Path, seg: OpenSegment) -> None:
+        """A parquet topic's bytes per column, from its sealed file's footer."""
+        table = seg.table()
+        codecs, raw, stored = parquet_column_bytes(path, table)
+        self.compression.add(table.schema.names, codecs, raw, stored)
+
     def _new_segment_locked(
         self, schema: pa.Schema, config: SegmentConfig, archived: bool = False
     ) -> OpenSegment:
         make_dirs(self.directory)
+        self._plan_stale = True  # each segment samples its columns anew
         seg_id = self._manifest.open_segment(self.topic, self.name, config.format, self.next_index)
         try:
             self.open = OpenSegment.create(
@@ -229,6 +276,8 @@ class Partition:
             try:
                 row = seal_segment(self.topic, self.name, self.data_dir, seg)
                 self._manifest.seal_segment(row)
+                if row.format == "parquet":
+                    self._count_parquet(self.data_dir / row.path, seg)
                 seg.path.unlink(missing_ok=True)  # the parquet write-ahead file, now redundant
             except BaseException as exc:
                 log.exception("sealing %s failed; will retry", seg.path)
@@ -357,7 +406,9 @@ def seal_segment(topic: str, partition: str, data_dir: Path, seg: OpenSegment) -
         rename_durably(seg.path, final)
     else:
         seg.finish_file()
-        write_sealed(final, seg.table(), fmt, seg.config.codec(), seg.drop_pages)
+        write_sealed(
+            final, seg.table(), fmt, seg.config.codec(), seg.drop_pages, adaptive(seg.config)
+        )
     assert seg.min_time_ms is not None and seg.max_time_ms is not None
     return SegmentRow(
         id=seg.id,

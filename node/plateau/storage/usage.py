@@ -9,7 +9,13 @@ refusal never disagree about whether the budget is full.
 from __future__ import annotations
 
 from plateau.protocol.errors import ArchiveBehind
-from plateau.protocol.replies import PartitionArchive, PartitionUsage, TopicArchive, TopicUsage
+from plateau.protocol.replies import (
+    ColumnCompression,
+    PartitionArchive,
+    PartitionUsage,
+    TopicArchive,
+    TopicUsage,
+)
 from plateau.storage.archive import ArchiveStatus
 from plateau.storage.partition import Partition, PartitionView
 from plateau.storage.topics import Topic
@@ -59,7 +65,29 @@ def topic_usage(
         newest_time_ms=max(highs, default=None),
         partitions=usages,
         archive=None if archive is None else archive[0],
+        columns=column_compression(list(partitions.values())),
     )
+
+
+def column_compression(partitions: list[Partition]) -> dict[str, ColumnCompression]:
+    """Every partition's bytes per column, summed, and the codecs their latest segments use."""
+    raw: dict[str, int] = {}
+    stored: dict[str, int] = {}
+    codec: dict[str, set[str]] = {}
+    for p in partitions:
+        for name, col in p.compression.snapshot().items():
+            raw[name] = raw.get(name, 0) + col.raw_bytes
+            stored[name] = stored.get(name, 0) + col.stored_bytes
+            codec.setdefault(name, set()).add(col.codec)
+    return {
+        name: ColumnCompression(
+            codec="+".join(sorted(codec[name])),  # partitions may judge a column apart
+            raw_bytes=raw[name],
+            stored_bytes=stored[name],
+            ratio=round(stored[name] / raw[name], 4) if raw[name] else 1.0,
+        )
+        for name in raw
+    }
 
 
 def check_archive_behind(t: Topic, status: ArchiveStatus, has_archive: bool) -> None:

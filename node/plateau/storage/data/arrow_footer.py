@@ -27,6 +27,10 @@ import os
 import struct
 from dataclasses import dataclass
 
+from plateau.storage.data.flatbuf import field_at as _field
+from plateau.storage.data.flatbuf import root_table as _root
+from plateau.storage.data.flatbuf import vector_at
+
 MAGIC = b"ARROW1"
 _TRAILER = 4 + len(MAGIC)  # int32 footer length + magic
 _RECORD_BATCHES_FIELD = 3  # Footer's fourth field
@@ -66,6 +70,11 @@ def record_batch_blocks(fd: int) -> list[Block]:
         if block.offset + block.length > size:
             raise ValueError(f"block out of the file: {block}")
     return blocks
+
+
+def record_batch_blocks_of(footer: bytes | memoryview) -> list[tuple[int, int, int]]:
+    """(offset, metadata length, body length) of each batch listed in a footer's bytes."""
+    return _blocks(footer, _RECORD_BATCHES_FIELD)
 
 
 def batch_rows(fd: int, blocks: list[Block]) -> list[int]:
@@ -110,34 +119,35 @@ def _message_rows(meta: bytes) -> int:
     return int(rows)
 
 
-def _root(buf: bytes) -> int:
-    (root,) = struct.unpack_from("<I", buf, 0)
-    return int(root)
-
-
-def _field(buf: bytes, table: int, field: int) -> int | None:
-    """Where field ``field`` of the table at ``table`` lies, or None when it is absent."""
-    (vtable_back,) = struct.unpack_from("<i", buf, table)
-    vtable = table - vtable_back
-    vtable_size, _ = struct.unpack_from("<HH", buf, vtable)
-    slot = 4 + 2 * field
-    if slot + 2 > vtable_size:
-        return None
-    (offset,) = struct.unpack_from("<H", buf, vtable + slot)
-    return table + offset if offset else None
-
-
-def _blocks(buf: bytes, field: int) -> list[tuple[int, int, int]]:
+def _blocks(buf: bytes | memoryview, field: int) -> list[tuple[int, int, int]]:
     """The vector of Blocks in field ``field`` of the FlatBuffer's root table."""
     try:
-        at = _field(buf, _root(buf), field)
+        at = vector_at(buf, _root(buf), field, _BLOCK.size)
         if at is None:
             return []  # field absent: no batches
-        (vector_back,) = struct.unpack_from("<I", buf, at)
-        vector = at + vector_back
-        (count,) = struct.unpack_from("<I", buf, vector)
-        if vector + 4 + count * _BLOCK.size > len(buf):
-            raise ValueError("block vector runs past the footer")
-        return [_BLOCK.unpack_from(buf, vector + 4 + i * _BLOCK.size) for i in range(count)]
+        start, count = at
+        return [_BLOCK.unpack_from(buf, start + i * _BLOCK.size) for i in range(count)]
     except struct.error as exc:
         raise ValueError(f"malformed Arrow IPC footer: {exc}") from exc
+
+
+def footer_with_blocks(empty_footer: bytes, blocks: list[Block]) -> bytes:
+    """``empty_footer`` (pyarrow's, of a file with no batch) listing ``blocks`` as its batches.
+
+    The new Block vector goes after the old footer and its field's uoffset is
+    pointed at it: every offset stays forward, the schema table is pyarrow's
+    own bytes, untouched. The old, empty vector stays behind, unreferenced.
+    """
+    out = bytearray(empty_footer)
+    at = _field(out, _root(out), _RECORD_BATCHES_FIELD)
+    if at is None:
+        raise ValueError("the footer has no recordBatches field to point elsewhere")
+    while (len(out) + 4) % 8:  # the elements are 8-aligned, the count just before them
+        out.append(0)
+    struct.pack_into("<I", out, at, len(out) - at)
+    out += struct.pack("<I", len(blocks))
+    for b in blocks:
+        out += _BLOCK.pack(b.offset, b.meta_length, b.body_length)
+    while len(out) % 8:
+        out.append(0)
+    return bytes(out)

@@ -1,8 +1,9 @@
 """The open segment of a partition: an Arrow IPC file appended in place, plus its rows in memory.
 
-Both formats append to ``<first>-<id>.open`` with pyarrow's IPC *file*
-writer: magic, schema, then one message per batch, flushed and fsynced
-(group commit) before the append is acknowledged. For ``arrow`` that file is
+Both formats append to ``<first>-<id>.open`` as an Arrow IPC *file*
+(``ipc_file``): magic, schema, then one message per batch, each as the
+client sent it or compressed per column (``column_codecs``), written with
+``writev`` and fsynced (group commit) before the append is acknowledged. For ``arrow`` that file is
 the segment: sealing writes the footer and renames it. For ``parquet`` it is
 the write-ahead file: sealing writes a Parquet file from the rows kept in
 memory and then deletes it. After a crash the messages before a torn tail
@@ -17,9 +18,9 @@ from __future__ import annotations
 import contextlib
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
@@ -27,9 +28,11 @@ import pyarrow.compute as pc
 from plateau.protocol.topic_config import SegmentConfig
 from plateau.storage.data.durable_io import PageDropper
 from plateau.storage.data.group_commit import GroupCommit
+from plateau.storage.data.ipc_file import IpcFileWriter
+from plateau.storage.data.ipc_messages import Encoded
 from plateau.storage.types import Index, SegmentId
 
-WRITE_BUFFER = 1024 * 1024
+WRITE_BUFFER = 64 * 1024  # the schema and metadata of a segment; batches are written from the body
 
 
 def time_bounds_ms(column: pa.ChunkedArray | pa.Array) -> tuple[int, int]:
@@ -44,13 +47,13 @@ class _FileHandle:
     """The open file, shared by the segment and its group commit."""
 
     def __init__(self, drop_pages: bool) -> None:
-        self.file: BinaryIO | None = None
+        self.fd: int | None = None
         self.dropper = PageDropper(drop_pages)
 
     def fsync(self) -> None:
-        file = self.file
-        if file is not None:
-            self.dropper.sync(file.fileno())
+        fd = self.fd
+        if fd is not None:
+            self.dropper.sync(fd)
 
 
 @dataclass
@@ -71,7 +74,7 @@ class OpenSegment:
     drop_pages: bool = True
     charged: int = 0  # bytes of this segment counted in the node's memory budget
     _handle: _FileHandle = field(init=False)
-    _writer: pa.ipc.RecordBatchFileWriter | None = None
+    _writer: IpcFileWriter | None = None
     commit: GroupCommit = field(init=False)
 
     def __post_init__(self) -> None:
@@ -82,12 +85,12 @@ class OpenSegment:
         self.commit = GroupCommit(self._handle.fsync)
 
     @property
-    def _file(self) -> BinaryIO | None:
-        return self._handle.file
+    def _fd(self) -> int | None:
+        return self._handle.fd
 
-    @_file.setter
-    def _file(self, value: BinaryIO | None) -> None:
-        self._handle.file = value
+    @_fd.setter
+    def _fd(self, value: int | None) -> None:
+        self._handle.fd = value
 
     @classmethod
     def create(
@@ -101,26 +104,17 @@ class OpenSegment:
     ) -> OpenSegment:
         path = directory / cls.file_name(first_index, segment_id)
         seg = cls(segment_id, first_index, schema, config, path, drop_pages=drop_pages)
-        seg._file = path.open("xb", buffering=WRITE_BUFFER)
+        seg._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
         try:
-            options = pa.ipc.IpcWriteOptions(compression=cls.ipc_compression(config))
-            seg._writer = pa.ipc.new_file(seg._file, schema, options=options)
-            seg._file.flush()
+            seg._writer = IpcFileWriter(seg._fd, schema)
         except BaseException:
-            seg._file.close()
+            os.close(seg._fd)
             raise
         return seg
 
     @staticmethod
     def file_name(first_index: int, segment_id: int) -> str:
         return f"{first_index:020d}-{segment_id}.open"
-
-    @staticmethod
-    def ipc_compression(config: SegmentConfig) -> str | None:
-        """The open file is the sealed file for ``arrow``; a ``parquet`` WAL stays raw (CPU)."""
-        if config.format != "arrow" or config.codec() == "none":
-            return None
-        return config.codec()
 
     @property
     def end_index(self) -> Index:
@@ -141,19 +135,18 @@ class OpenSegment:
     def too_old(self, now: float) -> bool:
         return self.rows > 0 and now - self.created >= self.config.max_age_seconds
 
-    def append(self, table: pa.Table) -> int:
-        """Write ``table`` to the file and memory; returns the sequence to wait on for durability.
+    def append(self, table: pa.Table, messages: Sequence[Encoded]) -> int:
+        """Write ``table`` (as ``messages``) to the file and memory; returns the sequence to wait
+        on for durability.
 
         On a write error the file is cut back to where it was, so the file never
         holds a half batch that a later append would follow.
         """
-        assert self._file is not None and self._writer is not None
+        assert self._fd is not None and self._writer is not None
         batches = table.to_batches()
-        pos = self._file.tell()
+        pos = self._writer.position
         try:
-            for batch in batches:
-                self._writer.write_batch(batch)
-            self._file.flush()
+            self._writer.append(messages)
         except BaseException:
             self._abandon_writer(pos)
             raise
@@ -172,31 +165,30 @@ class OpenSegment:
         With ``pos`` the file is cut back to the last complete batch; the segment
         is then sealed by rewriting it from memory, as recovery does.
         """
-        file = self._file
+        fd = self._fd
         self._writer = None
-        self._file = None
-        if file is None:
+        self._fd = None
+        if fd is None:
             return
         if pos:
             with contextlib.suppress(OSError):
-                file.truncate(pos)
+                os.ftruncate(fd, pos)
         with contextlib.suppress(OSError):
-            file.close()
+            os.close(fd)
 
     def finish_file(self) -> bool:
         """Sync and close the open file; write the footer. False if the writer was abandoned."""
         ok = [False]
 
         def final() -> None:
-            if self._writer is None or self._file is None:
+            if self._writer is None or self._fd is None:
                 return
             try:
-                self._writer.close()
-                self._file.flush()
-                os.fsync(self._file.fileno())
-                self._file.close()
+                self._writer.finish()
+                os.fsync(self._fd)
+                os.close(self._fd)
                 self._writer = None
-                self._file = None
+                self._fd = None
                 ok[0] = True
             except OSError:
                 # no room for the footer: the caller rewrites from memory, or recovery
@@ -211,7 +203,7 @@ class OpenSegment:
 
     def abort(self) -> None:
         """Close without a footer (shutdown after a failure); the file stays for recovery."""
-        self._abandon_writer(self._file.tell() if self._file is not None else 0)
+        self._abandon_writer(self._writer.position if self._writer is not None else 0)
 
     def table(self, rows: int | None = None) -> pa.Table:
         """The first ``rows`` rows (all by default) as one table."""

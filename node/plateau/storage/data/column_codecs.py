@@ -1,0 +1,119 @@
+"""Which columns of a segment are compressed: chosen per column, where compression pays.
+
+Users send both kinds of data in one table: float tensors and random ids that
+no codec shrinks, and repetitive columns (model names, status codes, small
+integers) that shrink several-fold. Compressing everything spent 40% of the
+ingest rate on random values for nothing; compressing nothing wastes disk on
+the rest. So, the way column stores choose encodings per column, the first
+batch of each segment is compressed column by column as a sample, and a
+column is compressed for the rest of the segment only if it shrank by at
+least ``MIN_SAVING``. Each segment samples again, so a column whose values
+change character is judged anew within a segment's time.
+
+An explicit ``segment.compression`` wins: every column gets that codec
+(``none``: no column). Messages the client compressed itself are written as
+they came. The parquet write-ahead file is never compressed (it is deleted at
+seal; its Parquet file gets per-column codecs from ``parquet_codecs``).
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from plateau.protocol.topic_config import SegmentConfig
+from plateau.storage.data.ipc_messages import (
+    BatchLayout,
+    Encoded,
+    as_sent,
+    buffers_per_column,
+    compressed,
+    read_layout,
+)
+
+MIN_SAVING = 0.10
+"""A column is compressed when its sample shrank by at least this fraction."""
+
+
+def adaptive(config: SegmentConfig) -> bool:
+    return config.compression is None
+
+
+@dataclass(frozen=True)
+class ColumnPlan:
+    """How each column of one schema is written; immutable, shared without a lock."""
+
+    schema: pa.Schema
+    config: SegmentConfig
+    counts: list[int] | None
+    codec: pa.Codec | None
+    compress: tuple[bool, ...]
+
+    @classmethod
+    def choose(cls, schema: pa.Schema, config: SegmentConfig, sample: pa.Message) -> ColumnPlan:
+        counts = buffers_per_column(schema)
+        none = tuple(False for _ in schema)
+        name = config.codec() if config.format == "arrow" else "none"
+        if name == "none" or counts is None:
+            return cls(schema, config, counts, None, none)
+        codec = pa.Codec(name)
+        if not adaptive(config):
+            return cls(schema, config, counts, codec, tuple(True for _ in schema))
+        layout = read_layout(sample.metadata)
+        if layout.compressed or sum(counts) != len(layout.buffers):
+            return cls(schema, config, counts, None, none)  # judged on the next segment
+        trial = compressed(sample.body, layout, counts, tuple(True for _ in schema), codec)
+        chosen = tuple(
+            stored <= raw * (1 - MIN_SAVING) and raw > 0
+            for raw, stored in zip(trial.raw_by_column, trial.stored_by_column, strict=True)
+        )
+        return cls(schema, config, counts, codec if any(chosen) else None, chosen)
+
+    def fits(self, schema: pa.Schema, config: SegmentConfig) -> bool:
+        return self.config == config and self.schema.equals(schema)
+
+    def codec_of(self, column: int) -> str:
+        return self.codec.name if self.codec is not None and self.compress[column] else "none"
+
+    def encode(self, message: pa.Message) -> Encoded:
+        layout: BatchLayout = read_layout(message.metadata)
+        if (
+            self.codec is None
+            or layout.compressed
+            or self.counts is None
+            or sum(self.counts) != len(layout.buffers)
+        ):
+            return as_sent(message.metadata, message.body, layout, self.counts)
+        return compressed(message.body, layout, self.counts, self.compress, self.codec)
+
+
+@dataclass
+class ColumnBytes:
+    codec: str = "none"
+    raw_bytes: int = 0
+    stored_bytes: int = 0
+
+
+@dataclass
+class CompressionStats:
+    """Bytes per column before and after compression since the node started (one partition)."""
+
+    columns: dict[str, ColumnBytes] = field(default_factory=dict)
+    lock: threading.Lock = field(default_factory=threading.Lock)  # a leaf: nothing taken inside
+
+    def add(self, names: list[str], codecs: list[str], raw: list[int], stored: list[int]) -> None:
+        with self.lock:
+            for name, codec, r, s in zip(names, codecs, raw, stored, strict=False):
+                col = self.columns.setdefault(name, ColumnBytes())
+                col.codec = codec
+                col.raw_bytes += r
+                col.stored_bytes += s
+
+    def snapshot(self) -> dict[str, ColumnBytes]:
+        with self.lock:
+            return {
+                k: ColumnBytes(v.codec, v.raw_bytes, v.stored_bytes)
+                for k, v in self.columns.items()
+            }
