@@ -7,12 +7,14 @@ that; everything that makes a file visible goes through it.
 
 from __future__ import annotations
 
+import ctypes
+import ctypes.util
 import errno
 import fcntl
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import IO, BinaryIO
+from typing import IO, Any, BinaryIO
 
 from plateau.protocol.errors import Unavailable
 
@@ -57,12 +59,64 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+WRITE_BEHIND_BYTES = 2 * 1024 * 1024
+_SYNC_FILE_RANGE_WRITE = 2  # start writeback of dirty pages in the range; do not wait
+
+
+def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return None
+    fn = getattr(ctypes.CDLL(name, use_errno=True), "sync_file_range", None)
+    if fn is None:
+        return None
+    fn.argtypes = [ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_uint]
+    fn.restype = ctypes.c_int
+    return fn  # type: ignore[no-any-return]
+
+
+SYNC_FILE_RANGE = _sync_file_range()
+
+
+class WriteBehind:
+    """A file whose written bytes start going to the disk every ``WRITE_BEHIND_BYTES``.
+
+    Why: a sealed file is tens of MB written at once, then fsynced. On ext4
+    (data=ordered) that fsync's journal commit carries the file's block
+    allocations, and every append's fsync committed meanwhile waits for those
+    blocks' data: parquet appends waited 4.6 ms for their fsync against 2 ms on
+    arrow topics, whose seal writes nothing. Starting writeback as the file is
+    written (``sync_file_range``, which does not wait) leaves the final fsync
+    a few MB, and the appends' commits little to wait for.
+    """
+
+    def __init__(self, file: BinaryIO) -> None:
+        self._file = file
+        self._fd = file.fileno()
+        self._written = 0
+        self._started = 0
+
+    def write(self, data: Any) -> int:
+        n = self._file.write(data)
+        self._written += n
+        if SYNC_FILE_RANGE is not None and self._written - self._started >= WRITE_BEHIND_BYTES:
+            self._file.flush()
+            SYNC_FILE_RANGE(
+                self._fd, self._started, self._written - self._started, _SYNC_FILE_RANGE_WRITE
+            )
+            self._started = self._written
+        return n
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._file, name)
+
+
 def publish(final: Path, write: Callable[[BinaryIO], None], drop_pages: bool = False) -> int:
     """Atomically create ``final`` with what ``write`` writes; returns its size."""
     tmp = final.with_name(final.name + TMP_SUFFIX)
     try:
         with tmp.open("wb") as f:
-            write(f)
+            write(WriteBehind(f))  # type: ignore[arg-type]
             f.flush()
             PageDropper(drop_pages).sync(f.fileno())
         tmp.rename(final)
