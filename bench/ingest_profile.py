@@ -19,22 +19,30 @@ seal, http, bookkeeping, other; waits (``idle``, ``gil_wait``) apart.
 
 What the numbers mean, and their limits:
 
-* py-spy's default (``--idle`` not given) drops samples of idle threads, but
-  "idle" is a guess: a thread blocked in ``fsync``, ``writev`` or a page fault
-  can be sampled as active. So a stage's ``active_s`` (samples / rate) is
-  thread-seconds spent in it on CPU *or blocked in a syscall*, and
-  ``active_ms_per_acked_mib`` is the same per MiB: for ``fsync`` that is mostly
+* py-spy's default (``--idle`` not given) is meant to drop idle threads, but
+  its guess failed here (idle pool workers and uvloop's ``epoll_pwait`` came
+  out active), so pyspy_stages.py recognizes the waits itself and counts them
+  apart. A thread blocked *in* a syscall (``fsync``, ``writev``, a page fault)
+  still counts as active: a stage's ``active_s`` (samples / rate) is
+  thread-seconds in it on CPU *or blocked in the kernel*, and
+  ``active_ms_per_acked_mib`` the same per MiB. For ``fsync`` that is mostly
   the wait on the disk, not CPU.
-* ``cpu_s`` is an estimate: the node's measured CPU time over the window shared
-  out by each stage's share of the samples. It is right in total but moves CPU
-  to stages that block (``fsync``) from those that compute, in proportion to
-  the blocked samples; ``cpu_per_active`` (node CPU / active thread-seconds)
-  says how much of the sampled time was CPU (1.0: none was blocked).
-* py-spy with native unwinding stops the node for each sample and runs on the
-  same cores: the rows/s of a profiled run are lower than bench/ingest_vs_rs.py's,
-  and the shares are those of a slowed node. Compare stages, not absolute rates.
-* acknowledged MiB = rows acknowledged in the window x the body's raw bytes per
-  row (uncompressed Arrow IPC file as sent) / 2**20.
+* ``cpu_s`` / ``cpu_ms_per_acked_mib`` are estimates: the node's measured CPU
+  time over the window (psutil, all threads, user + system) shared out by each
+  stage's share of the busy samples, fsync samples counted as CPU;
+  ``cpu_ms_per_acked_mib_fsync_blocked`` shares it out as if every fsync
+  sample were a wait. The truth lies between the two; ``cpu_per_active``
+  (node CPU / busy thread-seconds) is 1.0 when nothing sampled was blocked.
+* py-spy with ``--native`` stops the node for each sample, needs about a
+  second to attach and load symbols (counted in the window, unsampled), and
+  takes CPU on the same 2 cores (``profiler_cpu_cores``): a profiled run's
+  rows/s are far lower than bench/ingest_vs_rs.py's, and the shares are those
+  of a slowed node. Compare stages with each other, not the rates with other
+  benches. ``--python-only`` (no native frames, ``--nonblocking``) costs much
+  less but sees lz4, fsync and uvloop's C only as the Python call above them,
+  and no GIL waits.
+* acknowledged MiB = rows acknowledged in the window (``plateau_appended_rows_total``)
+  x the body's raw bytes per row (the uncompressed Arrow IPC file as sent) / 2**20.
 
 Progress goes to stderr; the last stdout line is one JSON object (see
 bench/README.md for every field).
