@@ -43,6 +43,7 @@ def create_app(settings: NodeConfig, engine: Engine, *, close_engine: bool = Tru
         finally:
             state.ready = False
             await run_in_threadpool(state.pages.close)
+            state.appenders.shutdown(wait=False)
             if close_engine and not state.engine_closed:
                 state.engine_closed = True
                 await run_in_threadpool(engine.close)
