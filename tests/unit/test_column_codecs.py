@@ -246,3 +246,30 @@ def test_parquet_compresses_only_the_columns_that_shrink(make_engine: EngineFact
     [path] = sealed_files(e, "z", "parquet")
     meta = pq.read_metadata(path)
     assert {meta.row_group(0).column(i).compression for i in range(meta.num_columns)} == {"ZSTD"}
+
+
+def test_a_batch_that_would_save_little_is_written_as_sent(make_engine: EngineFactory) -> None:
+    """A timestamp alone in a table of random values: not worth a message built anew."""
+    e = make_engine()
+    e.put_topic(
+        "t",
+        TopicConfigRequest.model_validate(
+            {"segment": {"format": "arrow", "max_rows": ROWS, "max_age_seconds": 0.5}}
+        ),
+    )
+    rng = random.Random(11)
+    table = pa.table(
+        {
+            "time": pa.array(range(ROWS), pa.int64()),
+            **{f"r{i}": pa.array([rng.random() for _ in range(ROWS)]) for i in range(8)},
+        }
+    )
+    data = body(table)
+    append_body(e, "t", data)
+    [path] = sealed_files(e, "t", "arrow")
+    _, messages = decode_append_messages(ARROW_FILE, data)
+    assert messages is not None
+    assert messages[0].body.to_pybytes() in path.read_bytes()  # byte for byte
+    columns = e.topic_usage("t").columns
+    assert {c.codec for c in columns.values()} == {"none"}
+    assert pa.ipc.open_file(path).read_all().equals(table)
