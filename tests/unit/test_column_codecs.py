@@ -16,6 +16,7 @@ import pytest
 from plateau.protocol.topic_config import TopicConfigRequest
 from plateau.server.codecs import decode_append_messages
 from plateau.storage.data.arrow_footer import record_batch_blocks
+from plateau.storage.data.column_codecs import MIN_SAVING
 from plateau.storage.data.ipc_messages import read_layout
 from plateau.storage.engine import Engine
 from tests.conftest import EngineFactory
@@ -32,8 +33,8 @@ def mixed(seed: int, rows: int = ROWS) -> pa.Table:
         {
             "time": pa.array(range(seed * rows, (seed + 1) * rows), pa.int64()),
             "noise": pa.array([rng.random() for _ in range(rows)], pa.float64()),
-            "model": pa.array([rng.choice(["resnet", "bert", "gpt2"]) for _ in range(rows)]),
-            "status": pa.array([rng.choice([200, 404]) for _ in range(rows)], pa.int32()),
+            "model": pa.array([rng.choice(["resnet"] * 9 + ["bert"]) for _ in range(rows)]),
+            "status": pa.array([rng.choice([200] * 9 + [404]) for _ in range(rows)], pa.int32()),
             "tags": pa.array([[rng.random(), 1.0] if i % 7 else None for i in range(rows)]),
         }
     )
@@ -114,7 +115,7 @@ def test_default_compresses_only_the_columns_that_shrink(make_engine: EngineFact
     assert columns["noise"].codec == "none" and columns["noise"].ratio == pytest.approx(
         1.0, abs=0.01
     )
-    assert columns["model"].codec == "lz4" and columns["model"].ratio < 0.8
+    assert columns["model"].codec == "lz4" and columns["model"].ratio <= 1 - MIN_SAVING
     assert columns["model"].raw_bytes > columns["model"].stored_bytes > 0
 
 

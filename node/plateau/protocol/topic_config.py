@@ -48,8 +48,9 @@ class SegmentConfig(BaseModel):
         default=None,
         description="Codec of every column of sealed segments (Parquet pages or Arrow IPC "
         "buffers); none: no column. Unset: chosen per column, each segment compressing only the "
-        "columns its first batch shows shrink by 10% (random values stay raw), with zstd for "
-        "parquet and lz4 for arrow (on the append path, where zstd would cost the ingest rate); "
+        "columns a sample shows shrink (random values stay raw): parquet with zstd, columns "
+        "that shrink by 10%; arrow with lz4 on the append path, columns that shrink by 40%, "
+        "and a batch is written as sent unless they save 20% of it. "
         "GET /admin/topics/{t} shows each column's codec and ratio.",
     )
 
