@@ -48,6 +48,10 @@ def body(table: pa.Table, compression: str | None = None) -> bytes:
     return bytes(sink.getvalue())
 
 
+def segment_topic(e: Engine, topic: str, **segment: object) -> None:
+    e.put_topic(topic, TopicConfigRequest.model_validate({"segment": segment}))
+
+
 def append_body(e: Engine, topic: str, data: bytes) -> None:
     table, messages = decode_append_messages(ARROW_FILE, data)
     e.append(topic, "0", table, messages)
@@ -93,12 +97,7 @@ def batch_codecs(path: Path) -> list[dict[str, str]]:
 
 def test_default_compresses_only_the_columns_that_shrink(make_engine: EngineFactory) -> None:
     e = make_engine()
-    e.put_topic(
-        "t",
-        TopicConfigRequest.model_validate(
-            {"segment": {"format": "arrow", "max_rows": 3 * ROWS, "max_age_seconds": 1.0}}
-        ),
-    )
+    segment_topic(e, "t", format="arrow", max_rows=3 * ROWS, max_age_seconds=1.0)
     tables = [mixed(i) for i in range(3)]
     for t in tables:
         append_body(e, "t", body(t))
@@ -123,19 +122,7 @@ def test_uncompressed_batches_are_written_as_the_client_sent_them(
     make_engine: EngineFactory,
 ) -> None:
     e = make_engine()
-    e.put_topic(
-        "t",
-        TopicConfigRequest.model_validate(
-            {
-                "segment": {
-                    "format": "arrow",
-                    "compression": "none",
-                    "max_rows": ROWS,
-                    "max_age_seconds": 0.5,
-                }
-            }
-        ),
-    )
+    segment_topic(e, "t", format="arrow", compression="none", max_rows=ROWS, max_age_seconds=0.5)
     data = body(mixed(1))
     append_body(e, "t", data)
     [path] = sealed_files(e, "t", "arrow")
@@ -150,19 +137,7 @@ def test_uncompressed_batches_are_written_as_the_client_sent_them(
 @pytest.mark.parametrize("codec", ["zstd", "lz4"])
 def test_an_explicit_codec_compresses_every_column(make_engine: EngineFactory, codec: str) -> None:
     e = make_engine()
-    e.put_topic(
-        "t",
-        TopicConfigRequest.model_validate(
-            {
-                "segment": {
-                    "format": "arrow",
-                    "compression": codec,
-                    "max_rows": ROWS,
-                    "max_age_seconds": 0.5,
-                }
-            }
-        ),
-    )
+    segment_topic(e, "t", format="arrow", compression=codec, max_rows=ROWS, max_age_seconds=0.5)
     append_body(e, "t", body(mixed(2)))
     [path] = sealed_files(e, "t", "arrow")
     assert pa.ipc.open_file(path).read_all().equals(mixed(2))
@@ -174,12 +149,7 @@ def test_a_client_compressed_body_is_stored_as_sent_and_reads_back(
     make_engine: EngineFactory,
 ) -> None:
     e = make_engine()
-    e.put_topic(
-        "t",
-        TopicConfigRequest.model_validate(
-            {"segment": {"format": "arrow", "max_rows": 2 * ROWS, "max_age_seconds": 1.0}}
-        ),
-    )
+    segment_topic(e, "t", format="arrow", max_rows=2 * ROWS, max_age_seconds=1.0)
     append_body(e, "t", body(mixed(3), "zstd"))
     append_body(e, "t", body(mixed(4)))
     [path] = sealed_files(e, "t", "arrow")
@@ -191,12 +161,7 @@ def test_a_client_compressed_body_is_stored_as_sent_and_reads_back(
 def test_each_segment_judges_its_columns_anew(make_engine: EngineFactory) -> None:
     """A column that turns repetitive is compressed from the next segment on."""
     e = make_engine()
-    e.put_topic(
-        "t",
-        TopicConfigRequest.model_validate(
-            {"segment": {"format": "arrow", "max_rows": ROWS, "max_age_seconds": 0.5}}
-        ),
-    )
+    segment_topic(e, "t", format="arrow", max_rows=ROWS, max_age_seconds=0.5)
     first = mixed(5)
     second = mixed(6).set_column(1, "noise", pa.array([0.5] * ROWS))
     append_body(e, "t", body(first))
@@ -210,12 +175,7 @@ def test_each_segment_judges_its_columns_anew(make_engine: EngineFactory) -> Non
 
 def test_parquet_compresses_only_the_columns_that_shrink(make_engine: EngineFactory) -> None:
     e = make_engine()
-    e.put_topic(
-        "t",
-        TopicConfigRequest.model_validate(
-            {"segment": {"format": "parquet", "max_rows": ROWS, "max_age_seconds": 0.5}}
-        ),
-    )
+    segment_topic(e, "t", format="parquet", max_rows=ROWS, max_age_seconds=0.5)
     append_body(e, "t", body(mixed(7)))
     [path] = sealed_files(e, "t", "parquet")
     meta = pq.read_metadata(path)
@@ -230,19 +190,7 @@ def test_parquet_compresses_only_the_columns_that_shrink(make_engine: EngineFact
     columns = e.topic_usage("t").columns
     assert columns["noise"].codec == "none" and columns["model"].codec == "zstd"
     # explicit zstd: every column
-    e.put_topic(
-        "z",
-        TopicConfigRequest.model_validate(
-            {
-                "segment": {
-                    "format": "parquet",
-                    "compression": "zstd",
-                    "max_rows": ROWS,
-                    "max_age_seconds": 0.5,
-                }
-            }
-        ),
-    )
+    segment_topic(e, "z", format="parquet", compression="zstd", max_rows=ROWS, max_age_seconds=0.5)
     append_body(e, "z", body(mixed(8)))
     [path] = sealed_files(e, "z", "parquet")
     meta = pq.read_metadata(path)
@@ -252,12 +200,7 @@ def test_parquet_compresses_only_the_columns_that_shrink(make_engine: EngineFact
 def test_a_batch_that_would_save_little_is_written_as_sent(make_engine: EngineFactory) -> None:
     """A timestamp alone in a table of random values: not worth a message built anew."""
     e = make_engine()
-    e.put_topic(
-        "t",
-        TopicConfigRequest.model_validate(
-            {"segment": {"format": "arrow", "max_rows": ROWS, "max_age_seconds": 0.5}}
-        ),
-    )
+    segment_topic(e, "t", format="arrow", max_rows=ROWS, max_age_seconds=0.5)
     rng = random.Random(11)
     table = pa.table(
         {
