@@ -132,6 +132,15 @@ class StorageSettings(BaseModel):
         "(open segments are served from memory, write-ahead files are read only by recovery). "
         "Set false on hosts with memory to spare when readers often read freshly sealed segments.",
     )
+    direct_writes: bool = Field(
+        default=True,
+        description="Write open segments with O_DIRECT, straight to the disk, instead of "
+        "through the page cache: every appended byte is fsynced before it is acknowledged, "
+        "and the page cache's copy cost more CPU than the disk write (docs/ingest.md). Not "
+        "with relaxed durability (acknowledged from the page cache) nor for archived topics "
+        "(their uploader reads the sealed file from the cache). Filesystems without O_DIRECT "
+        "(tmpfs) are written through the page cache either way.",
+    )
     drop_read_pages: bool = Field(
         default=True,
         description="After decoding part of a sealed segment for a reader, advise the "

@@ -117,7 +117,7 @@ class Engine:
             self._manifest,
             self._sealer,
             self._on_sealed,
-            WritePolicy(self._relaxed, settings.drop_written_pages),
+            WritePolicy(self._relaxed, settings.drop_written_pages, settings.direct_writes),
             self.memory,
             self.progress,
         )

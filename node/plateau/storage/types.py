@@ -65,3 +65,4 @@ class WritePolicy:
 
     relaxed: bool = False  # acknowledge before fsync; a timer syncs
     drop_written_pages: bool = True  # POSIX_FADV_DONTNEED after fsync (files.PageDropper)
+    direct_writes: bool = True  # open segments written with O_DIRECT (append_file)

@@ -1,4 +1,4 @@
-"""An Arrow IPC file written message by message, with ``os.writev`` and no user-space copy.
+"""An Arrow IPC file written message by message, from the request's buffers (``append_file``).
 
 The layout is Arrow's file format, as pyarrow writes it::
 
@@ -12,18 +12,17 @@ is cut at the last whole message. The footer is written last, at seal.
 
 from __future__ import annotations
 
-import os
 import struct
 from collections.abc import Sequence
 
 import pyarrow as pa
 
+from plateau.storage.data.append_file import AppendFile
 from plateau.storage.data.arrow_footer import MAGIC, Block, footer_with_blocks
 from plateau.storage.data.ipc_messages import Encoded
 
 FILE_START = MAGIC + b"\0\0"
 END_OF_STREAM = b"\xff\xff\xff\xff\0\0\0\0"
-IOV_MAX = 1024
 
 
 def empty_footer(schema: pa.Schema) -> bytes:
@@ -36,53 +35,35 @@ def empty_footer(schema: pa.Schema) -> bytes:
     return data[len(data) - 10 - size : len(data) - 10]
 
 
-def write_all(fd: int, pieces: Sequence[pa.Buffer | bytes | memoryview]) -> int:
-    """Write every piece in order at the file's position; returns the bytes written."""
-    views = [memoryview(p) for p in pieces if len(memoryview(p))]
-    total = 0
-    while views:
-        n = os.writev(fd, views[:IOV_MAX])
-        total += n
-        while views and n >= len(views[0]):
-            n -= len(views[0])
-            views.pop(0)
-        if n:
-            views[0] = views[0][n:]
-    return total
-
-
 class IpcFileWriter:
-    """Appends encoded batch messages to ``fd``; mutated only under the partition lock."""
+    """Appends encoded batch messages to ``file``; mutated only under the partition lock."""
 
-    def __init__(self, fd: int, schema: pa.Schema) -> None:
-        self.fd = fd
+    def __init__(self, file: AppendFile, schema: pa.Schema) -> None:
+        self.file = file
         self.schema = schema
         self.blocks: list[Block] = []
-        self.position = write_all(fd, [FILE_START, schema.serialize()])
+        self.position = file.write([FILE_START, schema.serialize()])
 
     def append(self, messages: Sequence[Encoded]) -> None:
         """Write ``messages`` after the last one; on an error, cut the file back to before them."""
         start = self.position
         pieces = [p for m in messages for p in m.pieces]
         try:
-            written = write_all(self.fd, pieces)
+            written = self.file.write(pieces)
         except BaseException:
-            self.cut(start)
+            self.file.cut(start)
             raise
         pos = start
         for m in messages:
             self.blocks.append(Block(pos, m.meta_length, m.body_length))
             pos += m.length
         if pos != start + written:
-            self.cut(start)
+            self.file.cut(start)
             raise OSError(f"wrote {written} bytes of messages measuring {pos - start}")
         self.position = pos
 
-    def cut(self, position: int) -> None:
-        os.ftruncate(self.fd, position)
-        os.lseek(self.fd, position, os.SEEK_SET)
-
     def finish(self) -> None:
-        """End of stream, then the footer: the file becomes a complete Arrow IPC file."""
+        """End of stream, then the footer: the file becomes a complete Arrow IPC file, synced."""
         footer = footer_with_blocks(empty_footer(self.schema), self.blocks)
-        write_all(self.fd, [END_OF_STREAM, footer, struct.pack("<i", len(footer)), MAGIC])
+        self.file.write([END_OF_STREAM, footer, struct.pack("<i", len(footer)), MAGIC])
+        self.file.finish()

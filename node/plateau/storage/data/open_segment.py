@@ -3,7 +3,8 @@
 Both formats append to ``<first>-<id>.open`` as an Arrow IPC *file*
 (``ipc_file``): magic, schema, then one message per batch, each as the
 client sent it or compressed per column (``column_codecs``), written with
-``writev`` and fsynced (group commit) before the append is acknowledged. For ``arrow`` that file is
+O_DIRECT or through the page cache (``append_file``) and fsynced (group
+commit) before the append is acknowledged. For ``arrow`` that file is
 the segment: sealing writes the footer and renames it. For ``parquet`` it is
 the write-ahead file: sealing writes a Parquet file from the rows kept in
 memory and then deletes it. After a crash the messages before a torn tail
@@ -26,7 +27,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from plateau.protocol.topic_config import SegmentConfig
-from plateau.storage.data.durable_io import PageDropper
+from plateau.storage.data.append_file import AppendFile, open_append
 from plateau.storage.data.group_commit import GroupCommit
 from plateau.storage.data.ipc_file import IpcFileWriter
 from plateau.storage.data.ipc_messages import Encoded
@@ -46,14 +47,13 @@ def time_bounds_ms(column: pa.ChunkedArray | pa.Array) -> tuple[int, int]:
 class _FileHandle:
     """The open file, shared by the segment and its group commit."""
 
-    def __init__(self, drop_pages: bool) -> None:
-        self.fd: int | None = None
-        self.dropper = PageDropper(drop_pages)
+    def __init__(self) -> None:
+        self.file: AppendFile | None = None
 
     def fsync(self) -> None:
-        fd = self.fd
-        if fd is not None:
-            self.dropper.sync(fd)
+        file = self.file
+        if file is not None:
+            file.sync()
 
 
 @dataclass
@@ -72,25 +72,31 @@ class OpenSegment:
     min_time_ms: int | None = None
     max_time_ms: int | None = None
     drop_pages: bool = True
+    direct: bool = False  # O_DIRECT where the filesystem has it (``append_file``)
     charged: int = 0  # bytes of this segment counted in the node's memory budget
     _handle: _FileHandle = field(init=False)
     _writer: IpcFileWriter | None = None
     commit: GroupCommit = field(init=False)
 
     def __post_init__(self) -> None:
-        self._handle = _FileHandle(self.drop_pages)
+        self._handle = _FileHandle()
         # The commit holds the handle, not the segment: a bound method here would make a
         # reference cycle, and a sealed segment's batches (up to max_bytes) would then
         # live until the cyclic garbage collector happened to run.
         self.commit = GroupCommit(self._handle.fsync)
 
     @property
-    def _fd(self) -> int | None:
-        return self._handle.fd
+    def _file(self) -> AppendFile | None:
+        return self._handle.file
 
-    @_fd.setter
-    def _fd(self, value: int | None) -> None:
-        self._handle.fd = value
+    @_file.setter
+    def _file(self, value: AppendFile | None) -> None:
+        self._handle.file = value
+
+    @property
+    def direct_io(self) -> bool:
+        """The file is written with O_DIRECT (asked for, and the filesystem has it)."""
+        return self._file is not None and self._file.direct
 
     @classmethod
     def create(
@@ -101,14 +107,17 @@ class OpenSegment:
         config: SegmentConfig,
         directory: Path,
         drop_pages: bool = True,
+        direct: bool = False,
     ) -> OpenSegment:
         path = directory / cls.file_name(first_index, segment_id)
-        seg = cls(segment_id, first_index, schema, config, path, drop_pages=drop_pages)
-        seg._fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        seg = cls(
+            segment_id, first_index, schema, config, path, drop_pages=drop_pages, direct=direct
+        )
+        seg._file = open_append(path, direct, drop_pages)
         try:
-            seg._writer = IpcFileWriter(seg._fd, schema)
+            seg._writer = IpcFileWriter(seg._file, schema)
         except BaseException:
-            os.close(seg._fd)
+            os.close(seg._file.fd)
             raise
         return seg
 
@@ -142,7 +151,7 @@ class OpenSegment:
         On a write error the file is cut back to where it was, so the file never
         holds a half batch that a later append would follow.
         """
-        assert self._fd is not None and self._writer is not None
+        assert self._file is not None and self._writer is not None
         batches = table.to_batches()
         pos = self._writer.position
         try:
@@ -165,30 +174,29 @@ class OpenSegment:
         With ``pos`` the file is cut back to the last complete batch; the segment
         is then sealed by rewriting it from memory, as recovery does.
         """
-        fd = self._fd
+        file = self._file
         self._writer = None
-        self._fd = None
-        if fd is None:
+        self._file = None
+        if file is None:
             return
         if pos:
             with contextlib.suppress(OSError):
-                os.ftruncate(fd, pos)
+                os.ftruncate(file.fd, pos)
         with contextlib.suppress(OSError):
-            os.close(fd)
+            os.close(file.fd)
 
     def finish_file(self) -> bool:
         """Sync and close the open file; write the footer. False if the writer was abandoned."""
         ok = [False]
 
         def final() -> None:
-            if self._writer is None or self._fd is None:
+            if self._writer is None or self._file is None:
                 return
             try:
                 self._writer.finish()
-                os.fsync(self._fd)
-                os.close(self._fd)
+                os.close(self._file.fd)
                 self._writer = None
-                self._fd = None
+                self._file = None
                 ok[0] = True
             except OSError:
                 # no room for the footer: the caller rewrites from memory, or recovery
