@@ -12,6 +12,7 @@ from plateau.protocol.errors import Busy
 from plateau.protocol.topic_config import TopicConfigRequest
 from plateau.storage.catalog.memory import BudgetSource, MemoryBudget, cgroup_memory_limit
 from plateau.storage.data.open_segment import WRITE_BUFFER
+from plateau.storage.engine import SEALER_THREADS
 from tests.conftest import EngineFactory
 from tests.unit.conftest import wait_for
 
@@ -88,8 +89,8 @@ def test_appends_get_429_when_sealing_cannot_keep_up_and_nothing_half_written(
     e = make_engine(memory_budget_bytes=8 * MiB, read_cache_bytes=0)
     e.put_topic("t", TopicConfigRequest(partitions=8))
     release = threading.Event()
-    # the fault: both sealer threads busy elsewhere (a slow disk), so nothing is sealed
-    for _ in range(2):
+    # the fault: every sealer thread busy elsewhere (a slow disk), so nothing is sealed
+    for _ in range(SEALER_THREADS):
         e._sealer.submit(release.wait, 30)
     table = rows(2000)
     refused: Busy | None = None

@@ -64,6 +64,13 @@ from plateau.storage.types import (
 
 log = logging.getLogger(__name__)
 READ_ATTEMPTS = 3
+SEALER_THREADS = 4
+"""An arrow seal is mostly waits (the last fsync, the footer's, the rename's directory
+fsync, the manifest's commit: 10-15 ms); under a memory limit open segments are sealed
+early, 50-60 a second with 48 writers on 64 partitions, and two threads did not keep up:
+appends got 429 until memory was freed (``bench/ingest.py --partitions 64 --writers 48
+--memory-limit 1610612736 --compare-unlimited``: 625 against 58 429s, 0.72x against 0.82x
+the unlimited rate). Parquet seals are capped apart (``partition.REWRITES_AT_ONCE``)."""
 R = TypeVar("R")
 
 
@@ -102,7 +109,7 @@ class Engine:
         self.memory.read_cache_used = self._cache.decoded_bytes
         self.progress = Progress(settings.stall_seconds)
         self._snapshot = SnapshotPublisher(self.data_dir, lambda: self._catalog.current())
-        self._sealer = ThreadPoolExecutor(max_workers=2, thread_name_prefix="sealer")
+        self._sealer = ThreadPoolExecutor(max_workers=SEALER_THREADS, thread_name_prefix="sealer")
         # one thread at a time seals early (only ever try-acquired, so it orders with nothing)
         self._relieving = threading.Lock()
         self._relaxed = settings.durability.mode == "relaxed"

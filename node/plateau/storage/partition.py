@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Executor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pyarrow as pa
@@ -55,6 +55,12 @@ class PartitionView:
     end: Index
 
 
+REWRITES_AT_ONCE = 2
+"""Parquet seals encoding at once, as many as when the sealer had two threads: more sealer
+threads are for arrow seals (fsyncs and a rename), and must not bring more Parquet encoders
+and their buffers (``storage.memory_overhead_bytes``) onto two cores."""
+
+
 @dataclass(frozen=True)
 class PartitionContext:
     """What every partition of an engine shares."""
@@ -66,6 +72,12 @@ class PartitionContext:
     policy: WritePolicy
     memory: MemoryBudget
     progress: Progress
+    # seals that write a new file (Parquet): CPU and memory for the encoding, so fewer at
+    # once than the sealer has threads (``engine.SEALER_THREADS``); a leaf, held by a
+    # sealer thread with no lock
+    rewrites: threading.Semaphore = field(
+        default_factory=lambda: threading.BoundedSemaphore(REWRITES_AT_ONCE)
+    )
 
 
 class Partition:
@@ -91,6 +103,7 @@ class Partition:
         self.deleted = False
         self._manifest = ctx.manifest
         self._sealer = ctx.sealer
+        self._rewrites = ctx.rewrites
         self._on_sealed = ctx.on_sealed
         self._relaxed = ctx.policy.relaxed
         self._drop_pages = ctx.policy.drop_written_pages
@@ -277,7 +290,7 @@ class Partition:
         started = time.perf_counter()
         with self._progress.track(f"seal {self.topic}/{self.name}"):
             try:
-                row = seal_segment(self.topic, self.name, self.data_dir, seg)
+                row = seal_segment(self.topic, self.name, self.data_dir, seg, self._rewrites)
                 self._manifest.seal_segment(row)
                 if row.format == "parquet":
                     self._count_parquet(self.data_dir / row.path, seg)
@@ -401,7 +414,13 @@ class Partition:
             self.sealed = [s for s in self.sealed if s.id != row.id]
 
 
-def seal_segment(topic: str, partition: str, data_dir: Path, seg: OpenSegment) -> SegmentRow:
+def seal_segment(
+    topic: str,
+    partition: str,
+    data_dir: Path,
+    seg: OpenSegment,
+    rewrites: threading.Semaphore | None = None,
+) -> SegmentRow:
     """Write the sealed file of ``seg`` and describe it; the caller commits the row."""
     fmt = seg.config.format
     final = seg.path.with_name(sealed_name(seg.first_index, seg.id, fmt))
@@ -409,9 +428,10 @@ def seal_segment(topic: str, partition: str, data_dir: Path, seg: OpenSegment) -
         rename_durably(seg.path, final)
     else:
         seg.finish_file()
-        write_sealed(
-            final, seg.table(), fmt, seg.config.codec(), seg.drop_pages, adaptive(seg.config)
-        )
+        with rewrites if rewrites is not None else contextlib.nullcontext():
+            write_sealed(
+                final, seg.table(), fmt, seg.config.codec(), seg.drop_pages, adaptive(seg.config)
+            )
     assert seg.min_time_ms is not None and seg.max_time_ms is not None
     return SegmentRow(
         id=seg.id,
