@@ -28,7 +28,7 @@ def test_parquet_encodings_are_capped_and_every_segment_seals_without_a_stall(
     ``REWRITES_AT_ONCE`` encode together, and every row ends up sealed and readable (a
     stall fails ``wait_for``). The real ``write_sealed`` runs, slowed so that seals overlap."""
     assert SEALER_THREADS > partition.REWRITES_AT_ONCE
-    real = partition.write_sealed
+    real = partition.write_sealed  # type: ignore[attr-defined]
     running = 0
     most = 0
     count = threading.Lock()
@@ -78,7 +78,7 @@ def test_arrow_seals_run_on_every_sealer_thread(
     make_engine: EngineFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Arrow seals are waits (fsyncs, a rename): they are not capped with the Parquet ones."""
-    real = partition.rename_durably
+    real = partition.rename_durably  # type: ignore[attr-defined]
     running = 0
     most = 0
     count = threading.Lock()
