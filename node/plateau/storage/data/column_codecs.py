@@ -44,8 +44,8 @@ lz4 runs on the path the writer waits for; a column it shrinks by a quarter
 (small ints, quantized floats) costs nearly what one it shrinks fourfold does.
 Measured on the ML-log workload (bench/ingest_vs_rs.py, interleaved): at 10%
 the disk saving was 58% and the rate 0.52-0.56x plateau's, at 40% 53% and
-0.59-0.63x. (A Parquet seal judges its columns at 10%: zstd there runs in the
-sealer, off that path.)"""
+0.59-0.63x. (A Parquet seal judges its columns at 20%, ``sealed_writer.MIN_SAVING``:
+zstd there runs in the sealer, off that path.)"""
 
 MIN_BATCH_SAVING = 0.20
 """...and only if the columns chosen save this much of the whole batch.

@@ -20,7 +20,15 @@ PARQUET_ROW_GROUP = 65_536
 DICTIONARY_SAMPLE_ROWS = 4096
 DICTIONARY_MAX_DISTINCT = 0.5
 STREAM_START = 8  # Arrow file magic and padding before the stream of messages
-MIN_SAVING = 0.10  # as column_codecs.MIN_SAVING: compress a column that shrinks this much
+MIN_SAVING = 0.20
+"""A Parquet column is compressed (zstd) if its sample shrank by this much.
+
+At 10%, random printable text (15% smaller under zstd) was compressed, and that one
+column doubled the encoding CPU of a seal of the incompressible workload
+(bench/workloads.py, 64 MiB: 58 -> 30 ms) for 7% of the file's size; every column of
+the ML-log workload shrinks far more than 20% (its files: 9.4% -> 9.7% of raw). The
+arrow side judges at 40% (``column_codecs.MIN_SAVING``): there lz4 runs on the path
+the writer waits for, here zstd runs in the sealer."""
 
 
 def sealed_name(first_index: int, segment_id: int, fmt: str) -> str:
