@@ -11,7 +11,7 @@ import pyarrow as pa
 import pytest
 
 from plateau.protocol.topic_config import TopicConfigRequest
-from plateau.storage import partition
+from plateau.storage import sealing
 from plateau.storage.engine import SEALER_THREADS
 from tests.conftest import EngineFactory
 from tests.unit.conftest import append_retrying, wait_for
@@ -27,8 +27,8 @@ def test_parquet_encodings_are_capped_and_every_segment_seals_without_a_stall(
     """8 partitions roll Parquet segments at once through 4 sealer threads: never more than
     ``REWRITES_AT_ONCE`` encode together, and every row ends up sealed and readable (a
     stall fails ``wait_for``). The real ``write_sealed`` runs, slowed so that seals overlap."""
-    assert SEALER_THREADS > partition.REWRITES_AT_ONCE
-    real = partition.write_sealed  # type: ignore[attr-defined]
+    assert SEALER_THREADS > sealing.REWRITES_AT_ONCE
+    real = sealing.write_sealed  # type: ignore[attr-defined]
     running = 0
     most = 0
     count = threading.Lock()
@@ -45,7 +45,7 @@ def test_parquet_encodings_are_capped_and_every_segment_seals_without_a_stall(
             with count:
                 running -= 1
 
-    monkeypatch.setattr(partition, "write_sealed", observed)
+    monkeypatch.setattr(sealing, "write_sealed", observed)
     e = make_engine()
     config = {"partitions": 8, "segment": {"format": "parquet", "max_rows": 100}}
     e.put_topic("t", TopicConfigRequest.model_validate(config))
@@ -68,7 +68,7 @@ def test_parquet_encodings_are_capped_and_every_segment_seals_without_a_stall(
         return sum(r.end_index - r.first_index for p in parts for r in p.sealed)
 
     wait_for(lambda: sealed_rows() >= 8 * 900, timeout=60)  # each partition's last may stay open
-    assert 1 < most <= partition.REWRITES_AT_ONCE
+    assert 1 < most <= sealing.REWRITES_AT_ONCE
     for p in range(8):
         got = e.read_partition("t", str(p), 0, 2000).table.column("x").to_pylist()
         assert got == list(range(1000))
@@ -78,7 +78,7 @@ def test_arrow_seals_run_on_every_sealer_thread(
     make_engine: EngineFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Arrow seals are waits (fsyncs, a rename): they are not capped with the Parquet ones."""
-    real = partition.rename_durably  # type: ignore[attr-defined]
+    real = sealing.rename_durably  # type: ignore[attr-defined]
     running = 0
     most = 0
     count = threading.Lock()
@@ -95,7 +95,7 @@ def test_arrow_seals_run_on_every_sealer_thread(
             with count:
                 running -= 1
 
-    monkeypatch.setattr(partition, "rename_durably", observed)
+    monkeypatch.setattr(sealing, "rename_durably", observed)
     e = make_engine()
     config = {"partitions": 8, "segment": {"format": "arrow", "max_rows": 100}}
     e.put_topic("t", TopicConfigRequest.model_validate(config))
@@ -103,4 +103,4 @@ def test_arrow_seals_run_on_every_sealer_thread(
         for p in range(8):
             append_retrying(e, "t", str(p), rows(i * 100, 100))
     wait_for(lambda: all(len(p.sealed) >= 2 for p in e._topic("t").partitions.values()))
-    assert most > partition.REWRITES_AT_ONCE
+    assert most > sealing.REWRITES_AT_ONCE

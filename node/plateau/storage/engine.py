@@ -70,7 +70,7 @@ fsync, the manifest's commit: 10-15 ms); under a memory limit open segments are 
 early, 50-60 a second with 48 writers on 64 partitions, and two threads did not keep up:
 appends got 429 until memory was freed (``bench/ingest.py --partitions 64 --writers 48
 --memory-limit 1610612736 --compare-unlimited``: 625 against 58 429s, 0.72x against 0.82x
-the unlimited rate). Parquet seals are capped apart (``partition.REWRITES_AT_ONCE``)."""
+the unlimited rate). Parquet seals are capped apart (``sealing.REWRITES_AT_ONCE``)."""
 R = TypeVar("R")
 
 

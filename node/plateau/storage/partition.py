@@ -31,12 +31,13 @@ from plateau.storage.catalog.locks import Rank, ranked
 from plateau.storage.catalog.manifest import Manifest, SegmentRow
 from plateau.storage.catalog.memory import MemoryBudget
 from plateau.storage.catalog.progress import Progress
-from plateau.storage.data.column_codecs import ColumnPlan, CompressionStats, adaptive
-from plateau.storage.data.durable_io import make_dirs, rename_durably
+from plateau.storage.data.column_codecs import ColumnPlan, CompressionStats
+from plateau.storage.data.durable_io import make_dirs
 from plateau.storage.data.ipc_messages import Encoded
 from plateau.storage.data.open_segment import WRITE_BUFFER, OpenSegment
-from plateau.storage.data.sealed_writer import parquet_column_bytes, sealed_name, write_sealed
+from plateau.storage.data.sealed_writer import parquet_column_bytes
 from plateau.storage.metrics import APPEND_STAGE_SECONDS, SEAL_SECONDS
+from plateau.storage.sealing import REWRITES_AT_ONCE, seal_segment
 from plateau.storage.types import Index, WritePolicy
 
 log = logging.getLogger(__name__)
@@ -53,12 +54,6 @@ class PartitionView:
     pending: list[tuple[OpenSegment, int]]  # (sealing or open segment, visible rows)
     start: Index
     end: Index
-
-
-REWRITES_AT_ONCE = 2
-"""Parquet seals encoding at once, as many as when the sealer had two threads: more sealer
-threads are for arrow seals (fsyncs and a rename), and must not bring more Parquet encoders
-and their buffers (``storage.memory_overhead_bytes``) onto two cores."""
 
 
 @dataclass(frozen=True)
@@ -412,37 +407,3 @@ class Partition:
     def remove_sealed(self, row: SegmentRow) -> None:
         with self.lock:
             self.sealed = [s for s in self.sealed if s.id != row.id]
-
-
-def seal_segment(
-    topic: str,
-    partition: str,
-    data_dir: Path,
-    seg: OpenSegment,
-    rewrites: threading.Semaphore | None = None,
-) -> SegmentRow:
-    """Write the sealed file of ``seg`` and describe it; the caller commits the row."""
-    fmt = seg.config.format
-    final = seg.path.with_name(sealed_name(seg.first_index, seg.id, fmt))
-    if fmt == "arrow" and seg.finish_file():
-        rename_durably(seg.path, final)
-    else:
-        seg.finish_file()
-        with rewrites if rewrites is not None else contextlib.nullcontext():
-            write_sealed(
-                final, seg.table(), fmt, seg.config.codec(), seg.drop_pages, adaptive(seg.config)
-            )
-    assert seg.min_time_ms is not None and seg.max_time_ms is not None
-    return SegmentRow(
-        id=seg.id,
-        topic=topic,
-        partition=partition,
-        format=fmt,
-        first_index=seg.first_index,
-        end_index=seg.end_index,
-        bytes=final.stat().st_size,
-        min_time_ms=seg.min_time_ms,
-        max_time_ms=seg.max_time_ms,
-        path=str(final.relative_to(data_dir)),
-        sealed_at=time.time(),
-    )

@@ -1,0 +1,59 @@
+"""Sealing one segment: its file made final, and the manifest row that will name it.
+
+An arrow segment's open file becomes the sealed file (footer, fsync, rename); any
+other is written anew from the rows in memory (Parquet, or an arrow file whose
+writer was abandoned after a write error). The caller commits the row only after
+this returns, so a sealed file is complete before the manifest names it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from pathlib import Path
+
+from plateau.storage.catalog.manifest import SegmentRow
+from plateau.storage.data.column_codecs import adaptive
+from plateau.storage.data.durable_io import rename_durably
+from plateau.storage.data.open_segment import OpenSegment
+from plateau.storage.data.sealed_writer import sealed_name, write_sealed
+
+REWRITES_AT_ONCE = 2
+"""Parquet seals encoding at once, as many as when the sealer had two threads: more sealer
+threads are for arrow seals (fsyncs and a rename), and must not bring more Parquet encoders
+and their buffers (``storage.memory_overhead_bytes``) onto two cores."""
+
+
+def seal_segment(
+    topic: str,
+    partition: str,
+    data_dir: Path,
+    seg: OpenSegment,
+    rewrites: threading.Semaphore | None = None,
+) -> SegmentRow:
+    """Write the sealed file of ``seg`` and describe it; the caller commits the row."""
+    fmt = seg.config.format
+    final = seg.path.with_name(sealed_name(seg.first_index, seg.id, fmt))
+    if fmt == "arrow" and seg.finish_file():
+        rename_durably(seg.path, final)
+    else:
+        seg.finish_file()
+        with rewrites if rewrites is not None else contextlib.nullcontext():
+            write_sealed(
+                final, seg.table(), fmt, seg.config.codec(), seg.drop_pages, adaptive(seg.config)
+            )
+    assert seg.min_time_ms is not None and seg.max_time_ms is not None
+    return SegmentRow(
+        id=seg.id,
+        topic=topic,
+        partition=partition,
+        format=fmt,
+        first_index=seg.first_index,
+        end_index=seg.end_index,
+        bytes=final.stat().st_size,
+        min_time_ms=seg.min_time_ms,
+        max_time_ms=seg.max_time_ms,
+        path=str(final.relative_to(data_dir)),
+        sealed_at=time.time(),
+    )
