@@ -69,7 +69,7 @@ def rows(n: int) -> pa.Table:
 
 
 def test_open_segments_are_sealed_early_when_memory_is_short(make_engine: EngineFactory) -> None:
-    # 8 open segments: 8 MiB of write buffers (1 MiB each, counted) plus their rows
+    # 8 open segments: their write buffers (64 KiB each, counted) plus their rows
     e = make_engine(memory_budget_bytes=32 * MiB, read_cache_bytes=0)
     e.put_topic("t", TopicConfigRequest(partitions=8))
     table = rows(2000)  # about 200 KB

@@ -14,7 +14,7 @@ where its memory is taken, so their sum never passes the budget:
 * ``archive_cache`` (only with an archive): row groups read back from the
   object-storage archive for reads below the local disk, at most
   ``min(storage.archive.read_cache_bytes, budget / 8)``; least recently used out.
-* ``open_segments``: the rest. Rows of open segments (and each one's 1 MiB
+* ``open_segments``: the rest. Rows of open segments (and each one's 64 KiB
   file write buffer), and of segments being sealed until their sealed file is
   written. When the bytes of open segments
   (not yet handed to the sealer) pass half of this part, the engine seals the
