@@ -25,13 +25,16 @@ import tempfile
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "node"))
 
 from plateau.storage.data.append_file import DirectFile, open_append
 
 
-def run(mode: str, threads: int, seconds: float, size: int, gap: float, root: Path) -> dict:
+def run(
+    mode: str, threads: int, seconds: float, size: int, gap: float, root: Path
+) -> dict[str, Any]:
     data = mmap.mmap(-1, size)
     data.write(os.urandom(size))
     latencies: list[float] = []
@@ -97,7 +100,7 @@ def main() -> None:
         shutil.rmtree(root, ignore_errors=True)
 
     def median(mode: str, key: str) -> float:
-        values = sorted(r[key] for r in runs if r["mode"] == mode)
+        values = sorted(float(r[key]) for r in runs if r["mode"] == mode)
         return values[len(values) // 2]
 
     summary = {
