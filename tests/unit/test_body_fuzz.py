@@ -11,6 +11,7 @@ was: same span, same rows.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -43,10 +44,23 @@ def engine(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engine]:
     e.close()
 
 
-def state(engine: Engine) -> tuple[int, int, list[object]]:
+def comparable(value: object) -> object:
+    """``value`` with each NaN made a marker: a stored NaN (a JSON ``NaN``, or damaged bytes
+    read as a float) never equals itself, so two reads of unchanged rows compared unequal
+    and a refused append was blamed for it."""
+    if isinstance(value, float) and math.isnan(value):
+        return "NaN"
+    if isinstance(value, list):
+        return [comparable(v) for v in value]
+    if isinstance(value, dict):
+        return {k: comparable(v) for k, v in value.items()}
+    return value
+
+
+def state(engine: Engine) -> tuple[int, int, object]:
     usage = engine.topic_usage("t").partitions["0"]
     rows = engine.read_partition("t", "0", 0, 10_000).table.to_pylist()
-    return usage.span.start, usage.span.end, rows
+    return usage.span.start, usage.span.end, comparable(rows)
 
 
 def attempt(engine: Engine, media: str, body: bytes) -> None:
@@ -112,6 +126,20 @@ JSON_VALUES = st.recursive(
 RECORD = st.dictionaries(
     st.sampled_from(["time", "x", "y", "", "z.w"]) | st.text(max_size=4), JSON_VALUES, max_size=4
 )
+
+
+def test_a_stored_nan_is_not_taken_for_a_change(
+    tmp_path: Path,
+) -> None:
+    """The comparison the properties rely on: NaN rows read twice are the same rows."""
+    e = Engine(StorageSettings(data_dir=tmp_path / "data"))
+    try:
+        e.put_topic("t", TopicConfigRequest())
+        attempt(e, JSON, b'[{"x": NaN, "y": [1.5, NaN]}]')
+        assert math.isnan(e.read_partition("t", "0", 0, 10).table.column("x")[0].as_py())
+        attempt(e, ARROW_FILE, b"not an arrow file")  # refused: the same rows are stored
+    finally:
+        e.close()
 
 
 @SETTINGS
