@@ -6,6 +6,7 @@ without it is covered by the fallback test with a flag it cannot take).
 
 from __future__ import annotations
 
+import fcntl
 import os
 import random
 import threading
@@ -108,6 +109,27 @@ def test_a_filesystem_without_o_direct_gets_the_page_cache(
     f.finish()
     os.close(f.fd)
     assert (tmp_path / "seg").read_bytes() == b"x" * 10
+
+
+def test_a_filesystem_that_refuses_direct_writes_gets_the_page_cache(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Some filesystems take O_DIRECT at open and refuse the write (EINVAL); that refusal is
+    injected at ``os.pwrite``, as ext4 takes both: the file must not fail its appends."""
+    real_pwrite = os.pwrite
+
+    def refusing_pwrite(fd: int, data: memoryview, offset: int) -> int:
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_DIRECT:
+            raise OSError(22, "Invalid argument")
+        return real_pwrite(fd, data, offset)
+
+    monkeypatch.setattr(os, "pwrite", refusing_pwrite)
+    f = open_append(tmp_path / "seg", direct=True, drop_pages=True)
+    assert isinstance(f, BufferedFile)
+    f.write([b"y" * 5000])
+    f.finish()
+    os.close(f.fd)
+    assert (tmp_path / "seg").read_bytes() == b"y" * 5000
 
 
 def test_many_writers_share_few_staging_buffers_without_a_stall(tmp_path: Path) -> None:

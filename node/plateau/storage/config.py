@@ -139,7 +139,7 @@ class StorageSettings(BaseModel):
         "and the page cache's copy cost more CPU than the disk write (docs/ingest.md). Not "
         "with relaxed durability (acknowledged from the page cache) nor for archived topics "
         "(their uploader reads the sealed file from the cache). Filesystems without O_DIRECT "
-        "(tmpfs) are written through the page cache either way.",
+        "(tmpfs before Linux 6.6) are written through the page cache either way.",
     )
     drop_read_pages: bool = Field(
         default=True,

@@ -30,8 +30,9 @@ unchanged and padding the last block with zeros. Durability ordering:
 page cache, not the device's write cache, nor the journal that records the
 file's new blocks and size.
 
-Filesystems without O_DIRECT (tmpfs) refuse it at open; ``open_append``
-then falls back to the page cache.
+Filesystems without O_DIRECT (tmpfs before Linux 6.6) refuse it at open, or at the first write
+(``open_append`` writes one block to see); the file is then written through the
+page cache.
 """
 
 from __future__ import annotations
@@ -194,9 +195,14 @@ class DirectFile:
         return total
 
     def _pwrite(self, data: memoryview, offset: int) -> None:
-        n = os.pwrite(self.fd, data, offset)
-        if n != len(data):
-            raise OSError(f"short direct write: {n} of {len(data)} bytes at {offset}")
+        """All of ``data``: a write cut short (a volume filling up) is continued, so that
+        the error that stops it is the filesystem's own (``ENOSPC``: 507, not a 500)."""
+        done = 0
+        while done < len(data):
+            n = os.pwrite(self.fd, data[done:], offset + done)
+            if n <= 0:
+                raise OSError(errno.ENOSPC, f"direct write stopped at {offset + done}")
+            done += n
 
     def cut(self, position: int) -> None:
         """Back to ``position`` bytes (after a failed write): the tail block is read back."""
@@ -221,15 +227,28 @@ class DirectFile:
 
 
 def open_append(path: Path, direct: bool, drop_pages: bool) -> AppendFile:
-    """Create ``path`` (it must not exist) for appending; O_DIRECT if asked and possible."""
+    """Create ``path`` (it must not exist) for appending; O_DIRECT if asked and possible.
+
+    Some filesystems take O_DIRECT at open and refuse the writes (a larger logical
+    block, or an overlay that passes the flag on): one aligned block of zeros is
+    written first, and an ``EINVAL`` there means the page cache too, not failed
+    appends.
+    """
     flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC
     o_direct = getattr(os, "O_DIRECT", 0)
     if direct and o_direct:
+        fd = None
         try:
             # read-write: ``cut`` reads its new last block back
-            rw = flags & ~os.O_WRONLY | os.O_RDWR
-            return DirectFile(os.open(path, rw | o_direct, 0o644))
+            fd = os.open(path, flags & ~os.O_WRONLY | os.O_RDWR | o_direct, 0o644)
+            with STAGING.buffer() as buf:
+                buf[:ALIGN] = _ZEROS
+                os.pwrite(fd, buf[:ALIGN], 0)
+            os.ftruncate(fd, 0)
+            return DirectFile(fd)
         except OSError as exc:
+            if fd is not None:
+                os.close(fd)
             if exc.errno != errno.EINVAL:  # no O_DIRECT on this filesystem
                 raise
             path.unlink(missing_ok=True)
