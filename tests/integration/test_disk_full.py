@@ -62,38 +62,42 @@ def test_full_volume_refuses_writes_and_keeps_data(
         args=["--capacity-bytes", str(6 * MiB)],
     )
     node.log_path = small_volume.parent / "node.log"
-    node.start()
-    with node.client() as c:
-        c.put(
-            "/admin/topics/full",
-            json={
-                "retention": {"max_bytes": 4 * MiB},
-                "segment": {"format": fmt, "max_rows": 3000, "compression": "none"},
-            },
-        ).raise_for_status()
-        acked: list[tuple[int, int, int]] = []
-        refusal = None
-        for seq in range(100):
-            r = append(c, "full", "0", rows(seq))
-            if r.status_code == 200:
-                acked.append((seq, r.json()["span"]["start"], r.json()["span"]["end"]))
-            elif r.status_code == 429:
-                time.sleep(0.1)
-            else:
-                refusal = r
-                break
-        assert refusal is not None, "the volume never filled up"
-        assert refusal.status_code == expected, refusal.text
-        assert "disk" in refusal.json()["message"] or "volume" in refusal.json()["message"]
-        assert acked, "nothing was written before the volume filled"
-        # reads go on, and every acknowledged row retention kept is intact at its index
-        check_intact(c, acked)
-    # and after a crash and restart on the full volume, they are all still there
-    node.kill()
-    node.start()
-    with node.client() as c:
-        check_intact(c, acked)
-    node.stop()
+    try:
+        node.start()
+        with node.client() as c:
+            c.put(
+                "/admin/topics/full",
+                json={
+                    "retention": {"max_bytes": 4 * MiB},
+                    "segment": {"format": fmt, "max_rows": 3000, "compression": "none"},
+                },
+            ).raise_for_status()
+            acked: list[tuple[int, int, int]] = []
+            refusal = None
+            for seq in range(100):
+                r = append(c, "full", "0", rows(seq))
+                if r.status_code == 200:
+                    acked.append((seq, r.json()["span"]["start"], r.json()["span"]["end"]))
+                elif r.status_code == 429:
+                    time.sleep(0.1)
+                else:
+                    refusal = r
+                    break
+            assert refusal is not None, "the volume never filled up"
+            assert refusal.status_code == expected, refusal.text
+            assert "disk" in refusal.json()["message"] or "volume" in refusal.json()["message"]
+            assert acked, "nothing was written before the volume filled"
+            # reads go on, and every acknowledged row retention kept is intact at its index
+            check_intact(c, acked)
+        # and after a crash and restart on the full volume, they are all still there
+        node.kill()
+        node.start()
+        with node.client() as c:
+            check_intact(c, acked)
+        node.stop()
+    finally:
+        if node.proc is not None and node.proc.returncode is None:
+            node.kill()  # a failed assertion must not leave the node running
 
 
 def check_intact(c: httpx.Client, acked: list[tuple[int, int, int]]) -> None:
