@@ -87,12 +87,21 @@ def test_padding_reads_as_the_end_of_the_stream_after_a_crash(tmp_path: Path) ->
     assert end == writer.position
 
 
+def assert_appends_through_the_page_cache(path: Path) -> None:
+    f = open_append(path, direct=True, drop_pages=True)
+    assert isinstance(f, BufferedFile)
+    f.write([b"y" * 5000])
+    f.finish()
+    os.close(f.fd)
+    assert path.read_bytes() == b"y" * 5000
+
+
 def test_a_filesystem_without_o_direct_gets_the_page_cache(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """tmpfs refuses O_DIRECT at open with EINVAL; a flag the kernel refuses the same way
-    (O_DIRECT | O_PATH-style invalid combination) cannot be made on ext4, so the refusal
-    is injected at ``os.open``: the one fault here that is not real."""
+    """tmpfs before Linux 6.6 refuses O_DIRECT at open with EINVAL (it creates the file
+    first); ext4 never does, so the refusal is injected at ``os.open``, a fault that cannot
+    be made for real here."""
     real_open = os.open
 
     def refusing_open(path: str, flags: int, mode: int = 0o777) -> int:
@@ -103,12 +112,7 @@ def test_a_filesystem_without_o_direct_gets_the_page_cache(
         return real_open(path, flags, mode)
 
     monkeypatch.setattr(os, "open", refusing_open)
-    f = open_append(tmp_path / "seg", direct=True, drop_pages=True)
-    assert isinstance(f, BufferedFile)
-    f.write([b"x" * 10])
-    f.finish()
-    os.close(f.fd)
-    assert (tmp_path / "seg").read_bytes() == b"x" * 10
+    assert_appends_through_the_page_cache(tmp_path / "seg")
 
 
 def test_a_filesystem_that_refuses_direct_writes_gets_the_page_cache(
@@ -124,12 +128,7 @@ def test_a_filesystem_that_refuses_direct_writes_gets_the_page_cache(
         return real_pwrite(fd, data, offset)
 
     monkeypatch.setattr(os, "pwrite", refusing_pwrite)
-    f = open_append(tmp_path / "seg", direct=True, drop_pages=True)
-    assert isinstance(f, BufferedFile)
-    f.write([b"y" * 5000])
-    f.finish()
-    os.close(f.fd)
-    assert (tmp_path / "seg").read_bytes() == b"y" * 5000
+    assert_appends_through_the_page_cache(tmp_path / "seg")
 
 
 def test_many_writers_share_few_staging_buffers_without_a_stall(tmp_path: Path) -> None:
