@@ -8,7 +8,6 @@ this returns, so a sealed file is complete before the manifest names it.
 
 from __future__ import annotations
 
-import contextlib
 import threading
 import time
 from pathlib import Path
@@ -30,7 +29,7 @@ def seal_segment(
     partition: str,
     data_dir: Path,
     seg: OpenSegment,
-    rewrites: threading.Semaphore | None = None,
+    rewrites: threading.Semaphore,
 ) -> SegmentRow:
     """Write the sealed file of ``seg`` and describe it; the caller commits the row."""
     fmt = seg.config.format
@@ -39,7 +38,7 @@ def seal_segment(
         rename_durably(seg.path, final)
     else:
         seg.finish_file()
-        with rewrites if rewrites is not None else contextlib.nullcontext():
+        with rewrites:
             write_sealed(
                 final, seg.table(), fmt, seg.config.codec(), seg.drop_pages, adaptive(seg.config)
             )

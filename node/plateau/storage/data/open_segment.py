@@ -72,7 +72,6 @@ class OpenSegment:
     min_time_ms: int | None = None
     max_time_ms: int | None = None
     drop_pages: bool = True
-    direct: bool = False  # O_DIRECT where the filesystem has it (``append_file``)
     charged: int = 0  # bytes of this segment counted in the node's memory budget
     _handle: _FileHandle = field(init=False)
     _writer: IpcFileWriter | None = None
@@ -93,11 +92,6 @@ class OpenSegment:
     def _file(self, value: AppendFile | None) -> None:
         self._handle.file = value
 
-    @property
-    def direct_io(self) -> bool:
-        """The file is written with O_DIRECT (asked for, and the filesystem has it)."""
-        return self._file is not None and self._file.direct
-
     @classmethod
     def create(
         cls,
@@ -110,9 +104,7 @@ class OpenSegment:
         direct: bool = False,
     ) -> OpenSegment:
         path = directory / cls.file_name(first_index, segment_id)
-        seg = cls(
-            segment_id, first_index, schema, config, path, drop_pages=drop_pages, direct=direct
-        )
+        seg = cls(segment_id, first_index, schema, config, path, drop_pages=drop_pages)
         seg._file = open_append(path, direct, drop_pages)
         try:
             seg._writer = IpcFileWriter(seg._file, schema)
