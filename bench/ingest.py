@@ -18,6 +18,7 @@ bench/README.md for every field).
 from __future__ import annotations
 
 import argparse
+import collections
 import contextlib
 import itertools
 import sys
@@ -74,6 +75,7 @@ class ClientStats:
     rows: int = 0
     requests: int = 0
     rejected_429: int = 0
+    busy: collections.Counter[str] = field(default_factory=collections.Counter)  # 429s by cause
     errors: int = 0
     first_error: str | None = None
     latencies: list[float] = field(default_factory=list)  # from the intended send time
@@ -103,6 +105,7 @@ class Phase:
     rows_per_s: float
     requests: int
     rejected_429: int
+    busy: dict[str, int]
     errors: int
     first_error: str | None
     p50_ms: float
@@ -122,7 +125,7 @@ class Phase:
         return (
             f"{self.name}: {self.rows_per_s:,.0f} rows/s, {self.requests} requests, "
             f"p50 {self.p50_ms:.1f} ms, p99 {self.p99_ms:.1f} ms, max {self.max_ms:.1f} ms, "
-            f"429s {self.rejected_429}, errors {self.errors}, "
+            f"429s {self.rejected_429}{_causes(self.busy)}, errors {self.errors}, "
             f"node CPU {self.node_cpu_s / self.elapsed_s:.2f} cores, "
             f"client CPU {self.client_cpu_s / self.elapsed_s:.2f} cores, "
             f"other processes {self.other_cpu_s / self.elapsed_s:.2f} cores, "
@@ -211,6 +214,7 @@ def _client_loop(
                 stats.service.append(done - sent)
             elif r.status == 429:
                 stats.rejected_429 += 1
+                stats.busy[_busy_cause(r.body)] += 1
                 if interval is None:
                     # honour Retry-After briefly: a real client backs off, but a 1 s
                     # pause per rejection would measure the pause, not the node
@@ -221,6 +225,23 @@ def _client_loop(
                 time.sleep(0.1)
     finally:
         client.close()
+
+
+BUSY_CAUSES = {
+    "append bodies": "bodies",  # server.inflight: the in-flight body budget
+    "open segments hold": "open_segments",  # the memory budget's open-segment part
+    "still being sealed": "partition_sealing",  # the partition's previous seal not done
+}
+
+
+def _busy_cause(body: bytes) -> str:
+    """Which of the node's load-shedding limits a 429 came from (its message says)."""
+    text = body.decode(errors="replace")
+    return next((cause for key, cause in BUSY_CAUSES.items() if key in text), "other")
+
+
+def _causes(busy: dict[str, int]) -> str:
+    return f" ({', '.join(f'{k} {v}' for k, v in sorted(busy.items()))})" if busy else ""
 
 
 def _stalls(slow: list[tuple[float, float]], start_at: float) -> str:
@@ -309,6 +330,7 @@ def run_phase(
         rows_per_s=rows / elapsed if elapsed > 0 else 0.0,
         requests=sum(s.requests for s in stats),
         rejected_429=sum(s.rejected_429 for s in stats),
+        busy=dict(sum((s.busy for s in stats), collections.Counter())),
         errors=sum(s.errors for s in stats),
         first_error=next((s.first_error for s in stats if s.first_error), None),
         p50_ms=percentile(lat, 50),
@@ -616,6 +638,9 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         "max_ms": round(main_phase.max_ms, 1),
         "requests": main_phase.requests,
         "rejected_429": sum(p.rejected_429 for p in phases),
+        "rejected_429_by_cause": dict(
+            sum((collections.Counter(p.busy) for p in phases), collections.Counter())
+        ),
         "errors": sum(p.errors for p in phases),
         "peak_rss_mb": round(sampler.peak_mb if sampler else 0.0, 1),
         "peak_rss_anon_mb": round(sampler.peak_anon_bytes / MiB, 1) if sampler else None,

@@ -37,3 +37,91 @@ def test_a_lone_body_may_exceed_the_budget() -> None:
         assert budget.used == 0
 
     asyncio.run(scenario())
+
+
+def test_a_body_that_does_not_fit_waits_its_turn_and_is_admitted_when_room_frees() -> None:
+    async def scenario() -> None:
+        budget = BodyBudget(100, wait_seconds=30)
+        admitted: list[str] = []
+        first_out = asyncio.Event()
+
+        async def append(name: str, size: int, hold_until: asyncio.Event | None = None) -> None:
+            async with budget.hold(size):
+                admitted.append(name)
+                if hold_until is not None:
+                    await hold_until.wait()
+
+        first = asyncio.create_task(append("first", 80, first_out))
+        await asyncio.sleep(0)
+        big = asyncio.create_task(append("big", 60))
+        await asyncio.sleep(0)
+        # 10 bytes would fit beside the first body, but the big one came earlier: it waits
+        small = asyncio.create_task(append("small", 10))
+        await asyncio.sleep(0.01)
+        assert admitted == ["first"] and budget.waiting == 2 and budget.used == 80
+        first_out.set()
+        await asyncio.gather(first, big, small)
+        assert admitted == ["first", "big", "small"]
+        assert budget.used == 0 and budget.waiting == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_waiting_body_is_refused_after_the_wait_and_leaves_the_line() -> None:
+    async def scenario() -> None:
+        budget = BodyBudget(100, wait_seconds=0.05)
+        async with budget.hold(90):
+            with pytest.raises(Busy) as refused:
+                async with budget.hold(50):
+                    raise AssertionError("admitted past the budget")
+            assert "0.05 s" in str(refused.value) and refused.value.retry_after >= 1
+            assert budget.waiting == 0 and budget.used == 90
+            # the line is empty again: a body that fits goes straight in
+            async with budget.hold(10):
+                assert budget.used == 100
+        assert budget.used == 0
+
+    asyncio.run(scenario())
+
+
+def test_a_cancelled_waiter_leaves_the_line_and_lets_the_next_one_in() -> None:
+    async def scenario() -> None:
+        budget = BodyBudget(100, wait_seconds=30)
+        release = asyncio.Event()
+        got: list[int] = []
+
+        async def append(size: int, until: asyncio.Event | None = None) -> None:
+            async with budget.hold(size):
+                got.append(size)
+                if until is not None:
+                    await until.wait()
+
+        holder = asyncio.create_task(append(60, release))
+        await asyncio.sleep(0)
+        gone = asyncio.create_task(append(90))  # waits for the 60 to go
+        await asyncio.sleep(0)
+        after = asyncio.create_task(append(30))  # fits beside 60, but queued behind the 90
+        await asyncio.sleep(0.01)
+        assert budget.waiting == 2
+        gone.cancel()  # its client went away
+        await asyncio.sleep(0.01)
+        assert got == [60, 30] and budget.waiting == 0
+        release.set()
+        await asyncio.gather(holder, after)
+        with pytest.raises(asyncio.CancelledError):
+            await gone
+        assert budget.used == 0
+
+    asyncio.run(scenario())
+
+
+def test_without_a_wait_a_body_that_does_not_fit_is_refused_at_once() -> None:
+    async def scenario() -> None:
+        budget = BodyBudget(100, wait_seconds=0)
+        async with budget.hold(90):
+            with pytest.raises(Busy):
+                async with budget.hold(50):
+                    pass
+        assert budget.used == 0
+
+    asyncio.run(scenario())

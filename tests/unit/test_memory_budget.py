@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import time
 from pathlib import Path
 
 import pyarrow as pa
@@ -86,7 +87,7 @@ def test_open_segments_are_sealed_early_when_memory_is_short(make_engine: Engine
 def test_appends_get_429_when_sealing_cannot_keep_up_and_nothing_half_written(
     make_engine: EngineFactory,
 ) -> None:
-    e = make_engine(memory_budget_bytes=8 * MiB, read_cache_bytes=0)
+    e = make_engine(memory_budget_bytes=8 * MiB, read_cache_bytes=0, memory_wait_seconds=0.2)
     e.put_topic("t", TopicConfigRequest(partitions=8))
     release = threading.Event()
     # the fault: every sealer thread busy elsewhere (a slow disk), so nothing is sealed
@@ -97,6 +98,7 @@ def test_appends_get_429_when_sealing_cannot_keep_up_and_nothing_half_written(
     spans = []
     try:
         for i in range(200):
+            asked = time.monotonic()
             try:
                 spans.append(e.append("t", str(i % 8), table))
             except Busy as exc:
@@ -104,6 +106,7 @@ def test_appends_get_429_when_sealing_cannot_keep_up_and_nothing_half_written(
                 break
     finally:
         release.set()
+    assert time.monotonic() - asked >= 0.2  # it waited for room before the 429
     assert refused is not None and "memory_budget_bytes" in str(refused)
     assert refused.retry_after and refused.status == 429
     assert e.memory.segments <= e.memory.segments_limit
@@ -111,6 +114,66 @@ def test_appends_get_429_when_sealing_cannot_keep_up_and_nothing_half_written(
     assert e.topic_usage("t").records == appended  # the refused append left nothing behind
     wait_for(lambda: e.memory.segments < e.memory.segments_limit // 2)
     e.append("t", "0", table)  # room again once the seals ran
+
+
+def test_an_append_that_finds_memory_full_waits_for_the_seals_and_is_stored(
+    make_engine: EngineFactory,
+) -> None:
+    e = make_engine(memory_budget_bytes=8 * MiB, read_cache_bytes=0, memory_wait_seconds=60)
+    e.put_topic("t", TopicConfigRequest(partitions=8))
+    release = threading.Event()
+    for _ in range(SEALER_THREADS):  # the fault, as above: the sealers are held up
+        e._sealer.submit(release.wait, 30)
+    table = rows(2000)
+    spans = []
+    errors: list[BaseException] = []
+
+    def writer() -> None:
+        try:
+            for i in range(200):
+                spans.append(e.append("t", str(i % 8), table))
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    thread = threading.Thread(target=writer)
+    thread.start()
+    try:
+        wait_for(lambda: e.memory.parts()["open_segments"]["waiting"] == 1)
+        waited_at = len(spans)
+        assert not errors and e.memory.segments <= e.memory.segments_limit
+    finally:
+        release.set()  # the seals run and free the memory the writer waits for
+        thread.join(timeout=60)
+    assert not thread.is_alive(), "the append never got the room the seals freed"
+    assert not errors, errors
+    assert len(spans) == 200 > waited_at
+    assert e.topic_usage("t").records == 200 * 2000
+    assert e.memory.parts()["open_segments"]["waiting"] == 0
+
+
+def test_many_appends_waiting_for_memory_never_stall(make_engine: EngineFactory) -> None:
+    """16 writers on a budget that holds a few appends: each waits for seals in turn, every
+    one is stored, none refused, and a stall (a lost wake-up) fails the join."""
+    e = make_engine(memory_budget_bytes=8 * MiB, read_cache_bytes=0, memory_wait_seconds=30)
+    e.put_topic("t", TopicConfigRequest(partitions=16))
+    table = rows(2000)
+    errors: list[BaseException] = []
+
+    def writer(n: int) -> None:
+        try:
+            for _ in range(25):
+                e.append("t", str(n), table)
+        except BaseException as exc:  # reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=writer, args=(n,)) for n in range(16)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "appends stalled waiting for memory"
+    assert not errors, errors[:3]
+    assert e.topic_usage("t").records == 16 * 25 * 2000
 
 
 @pytest.mark.parametrize("fmt", ["arrow", "parquet"])

@@ -214,6 +214,11 @@ class TopicStatus(TopicConfig):
 class MemoryPart(BaseModel):
     used: int = Field(description="Bytes held now.")
     limit: int = Field(description="This part's share of the budget.")
+    waiting: int | None = Field(
+        default=None,
+        description="bodies and open_segments: appends waiting for room in this part "
+        "(server.inflight_wait_seconds, storage.memory_wait_seconds).",
+    )
 
 
 class Memory(BaseModel):

@@ -32,7 +32,16 @@ class ServerSettings(BaseModel):
         default=128 * MiB,
         gt=0,
         description="Append bodies held in memory at once, over all clients; an append that "
-        "would pass it gets 429 with Retry-After (a lone append is always taken).",
+        "would pass it waits (see inflight_wait_seconds), then gets 429 with Retry-After (a "
+        "lone append is always taken).",
+    )
+    inflight_wait_seconds: float = Field(
+        default=0.5,
+        ge=0,
+        le=60,
+        description="How long an append whose body does not fit in max_inflight_bytes waits, "
+        "in arrival order, for other bodies to be stored before it gets 429; its body is not "
+        "read meanwhile. 0: refuse at once.",
     )
     iterate_ahead: bool = Field(
         default=True,

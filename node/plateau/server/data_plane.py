@@ -57,7 +57,7 @@ from plateau.protocol.focus import DataFocus
 from plateau.protocol.names import check_name
 from plateau.protocol.values import Span
 from plateau.server.auth import bearer_token, check_token
-from plateau.server.body import read_body
+from plateau.server.body import check_declared_length, read_body
 from plateau.server.codecs import (
     append_media_type,
     decode_append_messages,
@@ -192,9 +192,10 @@ async def append(request: Request, state: NodeState, topic: str, partition: str)
         check_name("topic", topic)
         check_name("partition", partition)
         media = append_media_type(request.headers.get("content-type"))
+        limit = state.settings.server.max_request_bytes
         started = time.perf_counter()
-        async with state.bodies.hold() as held:
-            body = await read_body(request, state.settings.server.max_request_bytes, held)
+        async with state.bodies.hold(check_declared_length(request, limit)) as held:
+            body = await read_body(request, limit, held)
             received = time.perf_counter()
             _STAGE_BODY.observe(received - started)
             span = await asyncio.get_running_loop().run_in_executor(

@@ -30,8 +30,9 @@ class NodeState:
 
     def __post_init__(self) -> None:
         memory = self.engine.memory
+        server = self.settings.server
         self.bodies = BodyBudget(
-            memory.reserve_bodies(self.settings.server.max_inflight_bytes), memory
+            memory.reserve_bodies(server.max_inflight_bytes), memory, server.inflight_wait_seconds
         )
         export_memory_metrics(memory)
         self.pages = PageAhead(self.engine, self.settings.server.iterate_ahead)

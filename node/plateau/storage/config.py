@@ -176,6 +176,14 @@ class StorageSettings(BaseModel):
         "container's memory limit (cgroup v2 or v1) minus memory_overhead_bytes, or without a "
         "limit a quarter of the machine's memory.",
     )
+    memory_wait_seconds: float = Field(
+        default=0.5,
+        ge=0,
+        le=60,
+        description="How long an append waits for room when open segments fill their part of "
+        "memory_budget_bytes (segments being sealed free it) before it gets 429. 0: refuse at "
+        "once.",
+    )
     memory_overhead_bytes: int = Field(
         default=512 * MiB,
         ge=0,

@@ -32,7 +32,7 @@ from plateau.storage import record_reads, retention, usage
 from plateau.storage.archive import Archive, ArchiveStatus, Uploader
 from plateau.storage.archive.history import ArchivedRun, ArchiveReads
 from plateau.storage.catalog.manifest import Manifest, SegmentRow
-from plateau.storage.catalog.memory import MemoryBudget, default_budget
+from plateau.storage.catalog.memory import MemoryBudget, MemoryFull, default_budget
 from plateau.storage.catalog.progress import Progress
 from plateau.storage.config import StorageSettings
 from plateau.storage.data.durable_io import BALLAST, Ballast, disk_full, lock_data_dir
@@ -313,7 +313,7 @@ class Engine:
             self._check_free_space()
             p = self._catalog.partition(t, partition)
             try:
-                span = p.append(table, t.config.segment, t.config.archive.enabled, messages)
+                span = self._append_with_room(p, t, table, messages)
             except (OSError, sqlite3.OperationalError) as exc:
                 if disk_full(exc):
                     raise InsufficientStorage(
@@ -327,6 +327,24 @@ class Engine:
         if self.memory.seal_early_excess():
             self._seal_early()
         return span
+
+    def _append_with_room(
+        self, p: Partition, t: Topic, table: pa.Table, messages: Sequence[pa.Message] | None
+    ) -> Span:
+        """``p.append``, waiting up to ``memory_wait_seconds`` for room when open segments
+        fill their part of the memory budget (``MemoryFull``: raised before anything is
+        written). The wait holds no lock; another append may take the room first, so it
+        tries again until the deadline, then the 429 goes to the client."""
+        deadline = time.monotonic() + self.settings.memory_wait_seconds
+        while True:
+            try:
+                return p.append(table, t.config.segment, t.config.archive.enabled, messages)
+            except MemoryFull:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise
+            self._seal_early()  # in case open segments, not seals, hold the memory
+            self.memory.wait_for_room(table.nbytes, left)
 
     def _topic_for_append(self, topic: str) -> Topic:
         t = self._catalog.find(topic)
