@@ -7,6 +7,7 @@ only afterwards.
 
 from __future__ import annotations
 
+from collections.abc import Collection
 from pathlib import Path
 from typing import BinaryIO
 
@@ -60,14 +61,14 @@ def dictionary_columns(table: pa.Table) -> list[str]:
     return chosen
 
 
-def compressed_columns(table: pa.Table, codec: str) -> list[bool]:
+def compressed_columns(table: pa.Table, codec: str, dictionary: Collection[str]) -> list[bool]:
     """Which columns shrink by ``MIN_SAVING`` under ``codec``, judged on a sample.
 
     The Parquet side of ``column_codecs``: random floats and ids cost zstd a sixth
-    of a seal's CPU for a few percent. A column chosen for a dictionary is
-    compressed regardless (its pages are small and repetitive).
+    of a seal's CPU for a few percent. A column chosen for a ``dictionary`` (as
+    ``dictionary_columns`` chose them) is compressed regardless (its pages are
+    small and repetitive).
     """
-    dictionary = set(dictionary_columns(table))
     sample = table.slice(0, DICTIONARY_SAMPLE_ROWS)
     chosen = []
     for name, column in zip(table.schema.names, sample.columns, strict=True):
@@ -103,11 +104,13 @@ def parquet_leaf_paths(schema: pa.Schema) -> list[list[str]]:
     return out
 
 
-def parquet_codecs(table: pa.Table, codec: str, adaptive: bool) -> str | dict[str, str]:
+def parquet_codecs(
+    table: pa.Table, codec: str, adaptive: bool, dictionary: Collection[str]
+) -> str | dict[str, str]:
     """The ``compression`` argument of Parquet's writer: one codec, or one per leaf column."""
     if codec == "none" or not adaptive:
         return codec
-    chosen = compressed_columns(table, codec)
+    chosen = compressed_columns(table, codec, dictionary)
     return {
         path: codec if keep else "none"
         for keep, paths in zip(chosen, parquet_leaf_paths(table.schema), strict=True)
@@ -154,12 +157,13 @@ def write_sealed(
 
     def write(f: BinaryIO) -> None:
         if fmt == "parquet":
+            dictionary = dictionary_columns(table)  # sampled once: both choices use it
             pq.write_table(
                 table,
                 f,
                 row_group_size=PARQUET_ROW_GROUP,
-                compression=parquet_codecs(table, compression, adaptive),
-                use_dictionary=dictionary_columns(table),
+                compression=parquet_codecs(table, compression, adaptive, set(dictionary)),
+                use_dictionary=dictionary,
                 write_statistics=True,
             )
         else:
