@@ -39,29 +39,32 @@ def test_a_lone_body_may_exceed_the_budget() -> None:
     asyncio.run(scenario())
 
 
+async def append(
+    budget: BodyBudget, size: int, admitted: list[int], until: asyncio.Event | None = None
+) -> None:
+    """An append of a ``size``-byte body: noted in ``admitted`` once in, held ``until`` set."""
+    async with budget.hold(size):
+        admitted.append(size)
+        if until is not None:
+            await until.wait()
+
+
 def test_a_body_that_does_not_fit_waits_its_turn_and_is_admitted_when_room_frees() -> None:
     async def scenario() -> None:
         budget = BodyBudget(100, wait_seconds=30)
-        admitted: list[str] = []
+        admitted: list[int] = []
         first_out = asyncio.Event()
-
-        async def append(name: str, size: int, hold_until: asyncio.Event | None = None) -> None:
-            async with budget.hold(size):
-                admitted.append(name)
-                if hold_until is not None:
-                    await hold_until.wait()
-
-        first = asyncio.create_task(append("first", 80, first_out))
+        first = asyncio.create_task(append(budget, 80, admitted, first_out))
         await asyncio.sleep(0)
-        big = asyncio.create_task(append("big", 60))
+        big = asyncio.create_task(append(budget, 60, admitted))
         await asyncio.sleep(0)
         # 10 bytes would fit beside the first body, but the big one came earlier: it waits
-        small = asyncio.create_task(append("small", 10))
+        small = asyncio.create_task(append(budget, 10, admitted))
         await asyncio.sleep(0.01)
-        assert admitted == ["first"] and budget.waiting == 2 and budget.used == 80
+        assert admitted == [80] and budget.waiting == 2 and budget.used == 80
         first_out.set()
         await asyncio.gather(first, big, small)
-        assert admitted == ["first", "big", "small"]
+        assert admitted == [80, 60, 10]
         assert budget.used == 0 and budget.waiting == 0
 
     asyncio.run(scenario())
@@ -89,18 +92,13 @@ def test_a_cancelled_waiter_leaves_the_line_and_lets_the_next_one_in() -> None:
         budget = BodyBudget(100, wait_seconds=30)
         release = asyncio.Event()
         got: list[int] = []
-
-        async def append(size: int, until: asyncio.Event | None = None) -> None:
-            async with budget.hold(size):
-                got.append(size)
-                if until is not None:
-                    await until.wait()
-
-        holder = asyncio.create_task(append(60, release))
+        holder = asyncio.create_task(append(budget, 60, got, release))
         await asyncio.sleep(0)
-        gone = asyncio.create_task(append(90))  # waits for the 60 to go
+        gone = asyncio.create_task(append(budget, 90, got))  # waits for the 60 to go
         await asyncio.sleep(0)
-        after = asyncio.create_task(append(30))  # fits beside 60, but queued behind the 90
+        after = asyncio.create_task(
+            append(budget, 30, got)
+        )  # fits beside 60, but queued behind the 90
         await asyncio.sleep(0.01)
         assert budget.waiting == 2
         gone.cancel()  # its client went away

@@ -13,7 +13,7 @@ from plateau.protocol.errors import Busy
 from plateau.protocol.topic_config import TopicConfigRequest
 from plateau.storage.catalog.memory import BudgetSource, MemoryBudget, cgroup_memory_limit
 from plateau.storage.data.open_segment import WRITE_BUFFER
-from plateau.storage.engine import SEALER_THREADS
+from plateau.storage.engine import SEALER_THREADS, Engine
 from tests.conftest import EngineFactory
 from tests.unit.conftest import wait_for
 
@@ -84,15 +84,26 @@ def test_open_segments_are_sealed_early_when_memory_is_short(make_engine: Engine
     assert e.topic_usage("t").records == 80 * 2000
 
 
+def engine_with_sealers_held(
+    make_engine: EngineFactory, wait_s: float
+) -> tuple[Engine, threading.Event]:
+    """An 8 MiB budget whose sealer threads are all busy until the event is set.
+
+    The fault (a disk too slow for the seals) is made by occupying the sealer
+    threads with a wait: nothing is sealed, so open segments fill their part.
+    """
+    e = make_engine(memory_budget_bytes=8 * MiB, read_cache_bytes=0, memory_wait_seconds=wait_s)
+    e.put_topic("t", TopicConfigRequest(partitions=8))
+    release = threading.Event()
+    for _ in range(SEALER_THREADS):
+        e._sealer.submit(release.wait, 30)
+    return e, release
+
+
 def test_appends_get_429_when_sealing_cannot_keep_up_and_nothing_half_written(
     make_engine: EngineFactory,
 ) -> None:
-    e = make_engine(memory_budget_bytes=8 * MiB, read_cache_bytes=0, memory_wait_seconds=0.2)
-    e.put_topic("t", TopicConfigRequest(partitions=8))
-    release = threading.Event()
-    # the fault: every sealer thread busy elsewhere (a slow disk), so nothing is sealed
-    for _ in range(SEALER_THREADS):
-        e._sealer.submit(release.wait, 30)
+    e, release = engine_with_sealers_held(make_engine, wait_s=0.2)
     table = rows(2000)
     refused: Busy | None = None
     spans = []
@@ -119,11 +130,7 @@ def test_appends_get_429_when_sealing_cannot_keep_up_and_nothing_half_written(
 def test_an_append_that_finds_memory_full_waits_for_the_seals_and_is_stored(
     make_engine: EngineFactory,
 ) -> None:
-    e = make_engine(memory_budget_bytes=8 * MiB, read_cache_bytes=0, memory_wait_seconds=60)
-    e.put_topic("t", TopicConfigRequest(partitions=8))
-    release = threading.Event()
-    for _ in range(SEALER_THREADS):  # the fault, as above: the sealers are held up
-        e._sealer.submit(release.wait, 30)
+    e, release = engine_with_sealers_held(make_engine, wait_s=60)
     table = rows(2000)
     spans = []
     errors: list[BaseException] = []
