@@ -18,7 +18,6 @@ import httpx
 import pyarrow as pa
 import pytest
 
-from plateau.server.state import READ_THREADS
 from testkit.arrowhttp import append
 from testkit.nodeproc import NodeProcess
 from testkit.stress import assert_indexes_never_reused, operator_mix, run_stress
@@ -104,41 +103,3 @@ def test_node_never_stalls_or_fails_under_topic_changes_and_sealing(node: NodePr
     assert all(n > 0 for n in calls.values()), calls
     assert_indexes_never_reused(starts)
     assert node.proc is not None and node.proc.poll() is None
-
-
-def test_more_readers_than_read_threads_all_progress(node: NodeProcess) -> None:
-    """Reads run on the node's own executor (``READ_THREADS``): with more readers at once
-    than it has threads, the extra ones queue, and every reader still gets whole, right
-    pages. A reader without progress for STALL seconds (a lost hand-off) fails."""
-    readers = READ_THREADS + READ_THREADS // 2
-    local = threading.local()
-    with node.client() as c:
-        for p in range(4):
-            table = pa.table({"x": pa.array(range(p * 1000, p * 1000 + 500), pa.int64())})
-            assert append(c, "wide", str(p), table).status_code == 200
-
-    def client() -> httpx.Client:
-        if not hasattr(local, "client"):
-            local.client = node.client(timeout=STALL * 3)
-        c: httpx.Client = local.client
-        return c
-
-    def reader(n: int) -> Callable[[], None]:
-        p = n % 4
-
-        def step() -> None:
-            if n % 2:
-                r = client().get(
-                    f"/topic/wide/partition/{p}/records", params={"start": 0, "page_size": 500}
-                )
-                assert r.status_code == 200, r.text
-                assert [row["x"] for row in r.json()] == list(range(p * 1000, p * 1000 + 500))
-            else:
-                r = client().post("/topic/wide/records", json={}, params={"page_size": 2000})
-                assert r.status_code == 200, r.text
-                assert len(r.json()) == 2000
-
-        return step
-
-    calls = run_stress({f"reader-{n}": reader(n) for n in range(readers)}, SECONDS, STALL)
-    assert all(n > 0 for n in calls.values()), calls

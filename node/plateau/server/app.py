@@ -44,7 +44,6 @@ def create_app(settings: NodeConfig, engine: Engine, *, close_engine: bool = Tru
             state.ready = False
             await run_in_threadpool(state.pages.close)
             state.appenders.shutdown(wait=False)
-            state.readers.shutdown(wait=False)
             if close_engine and not state.engine_closed:
                 state.engine_closed = True
                 await run_in_threadpool(engine.close)

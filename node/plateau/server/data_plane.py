@@ -19,9 +19,8 @@ shape (``errors.plateau_error_response``).
 Each handler checks names and parameters on the event loop, then makes one
 call to a thread that does the CPU and disk work together (decode + append +
 fsync, or read + encode), so the loop never blocks and a request costs one
-thread hop, to the node's own executors (``NodeState.appenders`` and
-``NodeState.readers``): a plain executor's hop costs the loop half what
-anyio's ``run_in_threadpool`` does.
+thread hop: appends go to the node's own executor (``NodeState.appenders``,
+a cheaper hop than anyio's), reads to ``run_in_threadpool``.
 """
 
 from __future__ import annotations
@@ -34,6 +33,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import compile_path
@@ -133,8 +133,7 @@ async def read_partition(
     limit = _page_size(request)
     times = _times(request)
     focus = data_focus(request.query_params)
-    return await asyncio.get_running_loop().run_in_executor(
-        state.readers,
+    return await run_in_threadpool(
         _read_partition,
         state.engine,
         topic,
@@ -250,9 +249,7 @@ async def iterate_topic(request: Request, state: NodeState, topic: str) -> Respo
     )
     page = await state.pages.take(page_request)
     if page is None:
-        page = await asyncio.get_running_loop().run_in_executor(
-            state.readers, topic_page, state.engine, page_request
-        )
+        page = await run_in_threadpool(topic_page, state.engine, page_request)
     state.pages.prepare_next(page_request, page)
     return page.response()
 

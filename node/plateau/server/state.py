@@ -14,9 +14,6 @@ from plateau.storage.catalog.memory import export_memory_metrics
 from plateau.storage.engine import Engine
 
 APPEND_THREADS = 64
-READ_THREADS = 40
-"""Reads (a partition's page, a topic's page) running at once: anyio's default thread
-limit, which bounded them before they had their own executor."""
 
 
 @dataclass
@@ -30,7 +27,6 @@ class NodeState:
     bodies: BodyBudget = field(init=False)
     pages: PageAhead = field(init=False)
     appenders: ThreadPoolExecutor = field(init=False)
-    readers: ThreadPoolExecutor = field(init=False)
 
     def __post_init__(self) -> None:
         memory = self.engine.memory
@@ -44,9 +40,6 @@ class NodeState:
         # in half the time (0.65 -> 0.31 ms an append, bench/ingest.py's queue stage);
         # bounded by the body budget, not by this count
         self.appenders = ThreadPoolExecutor(APPEND_THREADS, thread_name_prefix="append")
-        # reads too: anyio's hop (run_in_threadpool) was half of a page's event-loop time
-        # in a partition scan (py-spy: 283 of 569 samples of read_partition)
-        self.readers = ThreadPoolExecutor(READ_THREADS, thread_name_prefix="read")
         auth = self.settings.auth
         token = auth.token.get_secret_value().encode() if auth.token else None
         read = auth.read_token.get_secret_value().encode() if auth.read_token else None
