@@ -104,23 +104,16 @@ def _compact(table: pa.Table) -> pa.Table:
     segment, or the whole append body an open segment's batch was decoded from
     (Arrow IPC is read without copying). A topic page takes a few rows of every
     partition, so with 64 partitions one page pinned 64 row groups or bodies
-    (hundreds of MB), and pages prepared ahead pinned more. The copy costs
-    about what encoding the reply does once more, for the rows in the reply only.
+    (hundreds of MB), and pages prepared ahead pinned more. The copy is each
+    column's chunks concatenated (new buffers holding just the slice): half to a
+    fifth of what ``take`` cost (0.06 ms against 0.13-0.30 ms for a 10,000-row
+    page of a 64k-row group), for the rows in the reply only.
     """
     if table.num_rows and table.get_total_buffer_size() > COMPACT_ABOVE * table.nbytes:
-        return table.take(_identity(table.num_rows))
+        return pa.Table.from_arrays(
+            [pa.concat_arrays(column.chunks) for column in table.columns], schema=table.schema
+        )
     return table
-
-
-_IDENTITY = pa.array(range(1 << 16), pa.int32())
-
-
-def _identity(rows: int) -> pa.Array:
-    """Indexes ``0..rows-1``: a zero-copy slice of one array built once (building it from
-    a Python ``range`` per read was most of a focused page's time)."""
-    if rows <= len(_IDENTITY):
-        return _IDENTITY.slice(0, rows)
-    return pa.array(range(rows), pa.int32())
 
 
 def _columns(focus: DataFocus, time_range: TimeRange | None, schema: pa.Schema) -> Columns | None:
