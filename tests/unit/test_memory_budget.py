@@ -11,7 +11,12 @@ import pytest
 
 from plateau.protocol.errors import Busy
 from plateau.protocol.topic_config import TopicConfigRequest
-from plateau.storage.catalog.memory import BudgetSource, MemoryBudget, cgroup_memory_limit
+from plateau.storage.catalog.memory import (
+    SEAL_EARLY_FRACTION,
+    BudgetSource,
+    MemoryBudget,
+    cgroup_memory_limit,
+)
 from plateau.storage.data.open_segment import WRITE_BUFFER
 from plateau.storage.engine import SEALER_THREADS, Engine
 from tests.conftest import EngineFactory
@@ -73,15 +78,16 @@ def test_open_segments_are_sealed_early_when_memory_is_short(make_engine: Engine
     # 8 open segments: their write buffers (64 KiB each, counted) plus their rows
     e = make_engine(memory_budget_bytes=32 * MiB, read_cache_bytes=0)
     e.put_topic("t", TopicConfigRequest(partitions=8))
-    table = rows(2000)  # about 200 KB
-    for i in range(80):
+    table = rows(2000)  # about 200 KB: 160 of them are past the open segments' part
+    limit = e.memory.segments_limit
+    for i in range(160):
         e.append("t", str(i % 8), table)
-        assert e.memory.segments <= e.memory.segments_limit
-    wait_for(lambda: e.memory.segments - e.memory.sealing < 16 * MiB)
+        assert e.memory.segments <= limit
+    wait_for(lambda: e.memory.segments - e.memory.sealing <= limit * SEAL_EARLY_FRACTION)
     # no segment reached its own limits (1M rows, 64 MiB): memory sealed them (the seals run
     # on the sealer's thread, and may still be running when the memory is counted as sealing)
     wait_for(lambda: sum(len(p.sealed) for p in e._topic("t").partitions.values()) > 0)
-    assert e.topic_usage("t").records == 80 * 2000
+    assert e.topic_usage("t").records == 160 * 2000
 
 
 def engine_with_sealers_held(
@@ -123,7 +129,7 @@ def test_appends_get_429_when_sealing_cannot_keep_up_and_nothing_half_written(
     assert e.memory.segments <= e.memory.segments_limit
     appended = len(spans) * 2000
     assert e.topic_usage("t").records == appended  # the refused append left nothing behind
-    wait_for(lambda: e.memory.segments < e.memory.segments_limit // 2)
+    wait_for(lambda: e.memory.sealing == 0)
     e.append("t", "0", table)  # room again once the seals ran
 
 

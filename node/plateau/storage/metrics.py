@@ -40,7 +40,7 @@ TOPIC_BUDGET_BYTES = Gauge("plateau_topic_budget_bytes", "Retention budget per t
 
 EARLY_SEALS = Counter(
     "plateau_early_seals_total",
-    "Open segments sealed before their limits because open segments filled half of their "
+    "Open segments sealed before their limits because open segments filled 90% of their "
     "share of the memory budget",
 )
 
