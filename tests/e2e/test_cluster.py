@@ -354,3 +354,75 @@ def test_up_after_a_killed_run_starts_empty(kube: Kube, local_cluster: Path | No
     assert "configmap/held" not in names.split()
     status = subprocess.run([str(CLUSTER), "status"], capture_output=True, check=False)
     assert status.returncode == 0, "up again, with nothing of the killed run"
+
+
+def _images(ctr: list[str]) -> list[tuple[str, str]]:
+    """(name, target digest) of every image record in the cluster's containerd."""
+    out = subprocess.run([*ctr, "images", "ls"], capture_output=True, text=True, check=True)
+    return [(f[0], f[2]) for f in (line.split() for line in out.stdout.splitlines()[1:]) if f]
+
+
+def test_an_image_imported_again_under_its_name_leaves_nothing_behind(
+    ns: Kube, local_cluster: Path | None, tmp_path: Path
+) -> None:
+    """An image replaced by a new one of the same name is garbage: its content goes.
+
+    containerd's CRI plugin also records every image under its ID (``sha256:...``);
+    before tools/cluster dropped such records once no name pointed at their image,
+    every rebuilt image (1.7 GB unpacked for Spark) stayed on disk until the kubelet
+    reported disk pressure and CI failed.
+    """
+    if local_cluster is None:
+        pytest.skip("the local cluster's image store (tools/cluster load-image)")
+    name = "localhost/plateau-e2e/replaced:1"
+    archives = []
+    for i in (1, 2):
+        root = tmp_path / f"rootfs{i}"
+        (root / "bin").mkdir(parents=True)
+        (root / "bin" / "busybox").write_bytes(Path("/bin/busybox").read_bytes())
+        (root / "bin" / "busybox").chmod(0o755)
+        (root / "generation").write_text(f"{i} {os.urandom(8).hex()}\n")
+        archive = tmp_path / f"replaced{i}.oci.tar"
+        subprocess.run(
+            [
+                "python3",
+                str(CLUSTER.parent.parent / "cluster" / "runtime" / "oci_archive.py"),
+                str(root),
+                str(archive),
+                name,
+                "--entrypoint",
+                "/bin/busybox",
+            ],
+            check=True,
+        )
+        archives.append(archive)
+    ctr = [str(CLUSTER), "ctr"]
+
+    def load(archive: Path) -> None:
+        proc = subprocess.run(
+            [str(CLUSTER), "load-image", str(archive)], capture_output=True, text=True, check=False
+        )
+        assert proc.returncode == 0, proc.stderr
+
+    load(archives[0])
+    (first,) = {digest for ref, digest in _images(ctr) if ref == name}
+    spec = pod("old-image", ["/bin/busybox", "true"])
+    spec["spec"]["containers"][0]["image"] = name
+    ns.apply(spec)
+    assert ns.wait_pod_done("old-image") == "Succeeded", ns.logs("old-image")
+    ns.run("delete", "pod", "old-image", "--wait=true")
+
+    load(archives[1])
+    records = _images(ctr)
+    assert [d for r, d in records if r == name] != [first], "the new image was not imported"
+    assert not [r for r, d in records if d == first], (
+        f"the replaced image is still recorded: {[r for r, d in records if d == first]}"
+    )
+    content = subprocess.run([*ctr, "content", "ls", "-q"], capture_output=True, text=True)
+    assert first not in content.stdout.split(), "the replaced image's manifest was not collected"
+    # and every record left has a name pointing at its image
+    named = {d for r, d in records if not r.startswith("sha256:")}
+    assert {d for r, d in records if r.startswith("sha256:")} <= named
+    for ref, digest in records:  # the test's image, by its name and its ID
+        if ref == name or digest in {d for r, d in records if r == name}:
+            subprocess.run([*ctr, "images", "rm", "--sync", ref], capture_output=True, check=False)
