@@ -40,6 +40,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from common import emit, percentile
+
 MODES = ("append", "fallocate", "fallocate_keep_size", "dsync", "overwrite")
 FALLOC_FL_KEEP_SIZE = 1
 ZERO_CHUNK = 8 << 20
@@ -98,8 +100,8 @@ def run(mode: str, threads: int, appends: int, size: int, root: Path) -> dict[st
     return {
         "mode": mode,
         "mean_ms": round(sum(latencies) / len(latencies) * 1e3, 2),
-        "p50_ms": round(latencies[len(latencies) // 2] * 1e3, 2),
-        "p99_ms": round(latencies[int(len(latencies) * 0.99)] * 1e3, 2),
+        "p50_ms": round(percentile(latencies, 50) * 1e3, 2),
+        "p99_ms": round(percentile(latencies, 99) * 1e3, 2),
     }
 
 
@@ -139,7 +141,7 @@ def main() -> None:
         "mean_ms": {mode: median(mode) for mode in MODES},
         "overwrite_vs_append": round(median("overwrite") / median("append"), 3),
     }
-    print(json.dumps(summary))
+    emit(summary)
 
 
 if __name__ == "__main__":
