@@ -29,6 +29,7 @@ from plateau.storage.data.sealed_writer import (
     PARQUET_ROW_GROUP,
     STREAM_START,
     dictionary_columns,
+    statistics_columns,
 )
 
 TMP_DIR = "archive-tmp"
@@ -112,12 +113,13 @@ def _write_parquet(
         table = pa.Table.from_batches(pending, schema=schema)
         cut = table.num_rows if final else table.num_rows // PARQUET_ROW_GROUP * PARQUET_ROW_GROUP
         if writer is None:
+            dictionary = dictionary_columns(table)
             writer = pq.ParquetWriter(
                 out,
                 schema.with_metadata({**(schema.metadata or {}), **metadata}),
                 compression=compression,
-                use_dictionary=dictionary_columns(table),
-                write_statistics=True,
+                use_dictionary=dictionary,
+                write_statistics=statistics_columns(schema, dictionary),
             )
         if cut:
             writer.write_table(table.slice(0, cut), row_group_size=PARQUET_ROW_GROUP)
