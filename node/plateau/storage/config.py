@@ -168,6 +168,15 @@ class StorageSettings(BaseModel):
         "of the next segment) on a background thread while a reader goes forward through "
         "history, so that its pages do not wait for decoding. Needs read_cache_bytes.",
     )
+    sealer_nice: int = Field(
+        default=0,
+        ge=0,
+        le=19,
+        description="Run the sealer threads this many nice levels below the node (Linux, per "
+        "thread), so that Parquet seals take the CPU that appends leave idle: lower append "
+        "latency on a busy node, but on saturated cores seals fall behind and appends get "
+        "more 429s (see docs/ingest.md). 0: the node's own priority.",
+    )
     memory_budget_bytes: int | None = Field(
         default=None,
         gt=0,

@@ -52,6 +52,7 @@ from plateau.storage.metrics import (
 )
 from plateau.storage.partition import Partition, PartitionContext, PartitionView
 from plateau.storage.recovery import recover
+from plateau.storage.sealing import lower_thread_priority
 from plateau.storage.snapshot_writer import SnapshotPublisher
 from plateau.storage.topics import Catalog, PutResult, Topic
 from plateau.storage.types import (
@@ -109,7 +110,12 @@ class Engine:
         self.memory.read_cache_used = self._cache.decoded_bytes
         self.progress = Progress(settings.stall_seconds)
         self._snapshot = SnapshotPublisher(self.data_dir, lambda: self._catalog.current())
-        self._sealer = ThreadPoolExecutor(max_workers=SEALER_THREADS, thread_name_prefix="sealer")
+        self._sealer = ThreadPoolExecutor(
+            max_workers=SEALER_THREADS,
+            thread_name_prefix="sealer",
+            initializer=lower_thread_priority,
+            initargs=(settings.sealer_nice,),
+        )
         # one thread at a time seals early (only ever try-acquired, so it orders with nothing)
         self._relieving = threading.Lock()
         self._relaxed = settings.durability.mode == "relaxed"

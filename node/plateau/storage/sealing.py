@@ -8,6 +8,8 @@ this returns, so a sealed file is complete before the manifest names it.
 
 from __future__ import annotations
 
+import logging
+import os
 import threading
 import time
 from pathlib import Path
@@ -17,6 +19,9 @@ from plateau.storage.data.column_codecs import adaptive
 from plateau.storage.data.durable_io import rename_durably
 from plateau.storage.data.open_segment import OpenSegment
 from plateau.storage.data.sealed_writer import sealed_name, write_sealed
+
+log = logging.getLogger(__name__)
+NICEST = 19
 
 REWRITES_AT_ONCE = 2
 """Parquet seals encoding at once, as many as when the sealer had two threads: more sealer
@@ -56,3 +61,24 @@ def seal_segment(
         path=str(final.relative_to(data_dir)),
         sealed_at=time.time(),
     )
+
+
+def lower_thread_priority(steps: int) -> None:
+    """Run the calling thread ``steps`` nice levels below the node (a sealer's initializer).
+
+    Why: an append's latency is a chain of short CPU steps and disk waits, while
+    a Parquet seal is long CPU work with a deadline a second or more away (the
+    next segment filling). At equal priority the scheduler shares the cores
+    equally, and every stage of an append waited for the seals' encoding. On
+    Linux a nice value belongs to the thread (``setpriority`` with its thread
+    id), and raising it needs no privilege. Where that fails the seal runs at
+    the node's priority, with a warning.
+    """
+    if steps <= 0:
+        return
+    try:
+        tid = threading.get_native_id()
+        now = os.getpriority(os.PRIO_PROCESS, tid)
+        os.setpriority(os.PRIO_PROCESS, tid, min(NICEST, now + steps))
+    except (OSError, AttributeError) as exc:
+        log.warning("sealer threads run at the node's priority: %s", exc)
