@@ -65,6 +65,7 @@ from common import (
     NODE_STOP_S,
     GiB,
     MiB,
+    add_node_env,
     append_round_robin,
     cleanup,
     create_topic,
@@ -74,6 +75,7 @@ from common import (
     log,
     make_bodies,
     make_data_dir,
+    node_env,
     percentile,
     scrape_metrics,
     usage,
@@ -368,7 +370,7 @@ def node_and_s3(args: argparse.Namespace, data_dir: Path) -> Iterator[tuple[Node
         log(f"S3 server (SeaweedFS) pid {server.proc.pid} on {server.endpoint}")
         _, capacity = disk_budget(data_dir, 3 * GiB)
         env = {**ADMIN.env(), "PLATEAU_STORAGE__ARCHIVE__ENDPOINT": server.endpoint}
-        env.update(kv.split("=", 1) for kv in args.node_env)
+        env.update(args.node_env)
         node_args = ["--capacity-bytes", str(capacity), "--archive-url", f"s3://{BUCKET}/pfx"]
         node = NodeProcess(data_dir, env=env, args=node_args)
         node.start(timeout=NODE_START_S)
@@ -444,13 +446,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="where the S3 server keeps its data [/dev/shm: off the node's disk, as a remote "
         "S3 would be]",
     )
-    ap.add_argument(
-        "--node-env",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="extra environment for the node (repeatable)",
-    )
+    add_node_env(ap)
     ap.add_argument(
         "--split-cpus",
         action=argparse.BooleanOptionalAction,
@@ -461,7 +457,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "share every CPU and the co-located server takes the node's CPU [on]",
     )
     ap.add_argument("--keep", action="store_true", help="keep the data dir and logs")
-    return ap.parse_args(argv)
+    args = ap.parse_args(argv)
+    args.node_env = node_env(ap, args.node_env)
+    return args
 
 
 def main(argv: list[str] | None = None) -> dict[str, Any]:

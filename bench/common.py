@@ -8,6 +8,7 @@ I/O are measured apart from the clients'.
 
 from __future__ import annotations
 
+import argparse
 import array
 import contextlib
 import json
@@ -53,6 +54,26 @@ _WORDS = _VOCABULARY.split()
 def log(msg: str) -> None:
     """Progress for humans goes to stderr; stdout's last line is the JSON result."""
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
+
+
+def add_node_env(ap: argparse.ArgumentParser) -> None:
+    """``--node-env KEY=VALUE`` (repeatable): extra environment for the node under test."""
+    ap.add_argument(
+        "--node-env",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="extra environment for the node (repeatable), e.g. MALLOC_ARENA_MAX=2 or "
+        "PLATEAU_STORAGE__SEALER_NICE=10",
+    )
+
+
+def node_env(ap: argparse.ArgumentParser, values: list[str]) -> dict[str, str]:
+    """The ``--node-env`` values as a mapping; a value without ``=`` is a usage error (exit 2)."""
+    bad = [v for v in values if "=" not in v or v.startswith("=")]
+    if bad:
+        ap.error(f"--node-env: expected KEY=VALUE, got {', '.join(map(repr, bad))}")
+    return dict(v.split("=", 1) for v in values)
 
 
 def handle_signals() -> None:

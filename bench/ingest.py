@@ -41,6 +41,7 @@ from common import (
     GiB,
     MiB,
     RssSampler,
+    add_node_env,
     cleanup,
     create_topic,
     dir_size,
@@ -52,6 +53,7 @@ from common import (
     make_bodies,
     make_data_dir,
     measure_fsync_bandwidth,
+    node_env,
     percentile,
     scrape_metrics,
     self_cpu_s,
@@ -411,13 +413,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--retention-bytes", type=int, default=8 * GiB, help="topic budget [8 GiB, or half free]"
     )
     ap.add_argument("--disk-seconds", type=float, default=5.0, help="fsync bandwidth test length")
-    ap.add_argument(
-        "--node-env",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="extra environment for the node (repeatable), e.g. MALLOC_ARENA_MAX=2",
-    )
+    add_node_env(ap)
     ap.add_argument("--keep", action="store_true", help="keep the data dir and node log")
     ap.add_argument(
         "--compare-unlimited",
@@ -426,6 +422,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "baseline phase), then the limited run; adds limited_vs_unlimited (issue 28)",
     )
     args = ap.parse_args(argv)
+    args.node_env = node_env(ap, args.node_env)
     if args.rate is not None and args.half_rate_check:
         ap.error("--rate and --half-rate-check exclude each other")
     if args.compare_unlimited and not args.memory_limit:
@@ -513,10 +510,9 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
     node_args = ["--capacity-bytes", str(capacity)]
     if args.durability != "fsync":
         node_args += ["--durability", args.durability]
-    node_env = dict(kv.split("=", 1) for kv in args.node_env)
     cgroup = MemoryCgroup(args.memory_limit) if args.memory_limit else None
     node = NodeProcess(
-        data_dir, args=node_args, env=node_env, preexec=cgroup.enter if cgroup else None
+        data_dir, args=node_args, env=args.node_env, preexec=cgroup.enter if cgroup else None
     )
     sampler: RssSampler | None = None
     phases: list[Phase] = []

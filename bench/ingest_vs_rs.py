@@ -44,6 +44,7 @@ from common import (
     NODE_START_S,
     NODE_STOP_S,
     GiB,
+    add_node_env,
     create_topic,
     default_data_root,
     dir_size,
@@ -51,6 +52,7 @@ from common import (
     emit,
     handle_signals,
     log,
+    node_env,
 )
 from ingest import run_phase
 from plateau.protocol.topic_config import SegmentConfig
@@ -89,7 +91,9 @@ def run_one(
             data_dir = root / "data"
             data_dir.mkdir()
             budget, capacity = disk_budget(data_dir, 1024 * GiB)  # half the free space
-            server = NodeProcess(data_dir, args=["--capacity-bytes", str(capacity)])
+            server = NodeProcess(
+                data_dir, args=["--capacity-bytes", str(capacity)], env=args.node_env
+            )
             server.start(timeout=NODE_START_S)
             segment: dict[str, Any] = {"format": fmt}
             if args.compression:
@@ -302,7 +306,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--data-root", type=Path, default=default_data_root(), help="where phases' temp dirs go"
     )
+    add_node_env(ap)
     args = ap.parse_args(argv)
+    args.node_env = node_env(ap, args.node_env)
     topics = [t.strip() for t in args.node_topics.split(",") if t.strip()]
     if not topics or any(t not in ("arrow", "parquet") for t in topics):
         ap.error(f"--node-topics: a comma-separated list of arrow, parquet; got {args.node_topics}")
