@@ -93,6 +93,9 @@ def test_engine_never_stalls_under_topic_changes_sealing_and_retention(tmp_path:
         ),
     )
     steps, starts = stress_steps(engine)
+    # pyarrow imports pandas on its first pa.table(): seconds on a loaded machine, which a
+    # writer would spend inside the stall window when this test runs on its own
+    small()
     done = threading.Event()
     try:
         calls = run_stress(steps, SECONDS, STALL)

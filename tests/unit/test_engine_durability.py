@@ -148,7 +148,7 @@ def test_retention_keeps_budget_and_never_reuses_indexes(
     # and the snapshot follows once that pass has published (then it unlinks the files)
     wait_for(
         lambda: (
-            part.sealing is None
+            not part.sealing
             and sum(r.bytes for r in part.view().sealed) <= 30_000
             and snapshot_paths() == [r.path for r in part.view().sealed]
         )
@@ -185,7 +185,7 @@ def test_segments_seal_by_age_and_age_retention_deletes(make_engine: EngineFacto
     e.append("t", "0", pa.table({"time": pa.array([old_ms, old_ms + 1], pa.int64())}))
     part = e._topic("t").partitions["0"]
     # the timer seals the idle open segment; then age retention removes it
-    wait_for(lambda: part.open is None and part.sealing is None, timeout=10)
+    wait_for(lambda: part.open is None and not part.sealing, timeout=10)
     wait_for(lambda: not part.view().sealed, timeout=10)
     assert e.topic_usage("t").partitions["0"].span == Span(2, 2)
     assert e.append("t", "0", rows(0, 1)).start == 2

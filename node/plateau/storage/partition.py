@@ -5,9 +5,12 @@ Invariants (all under ``self.lock``):
 * ``next_index`` is the index the next appended row gets; it only grows.
 * ``sealed`` is sorted by index; each element's rows are in a complete file
   named by a committed manifest row.
-* ``sealing`` is the segment being written by the background sealer; at most
-  one at a time. When the open segment is full while it is still set, the
-  append is refused whole (``Busy``, HTTP 429): that is the load shedding.
+* ``sealing`` holds the segments handed to the background sealer, oldest first,
+  at most ``SEALING_QUEUE`` of them. Only the first is being sealed: one seal
+  at a time per partition, in index order, so ``sealed`` stays sorted; each
+  seal, once committed, submits the next. When the open segment is full while
+  the queue is full, the append is refused whole (``Busy``, HTTP 429): that is
+  the load shedding. The memory budget bounds what all queues hold together.
 * Readers see ``sealed``, then ``sealing``, then the durable rows of ``open``.
 """
 
@@ -41,7 +44,16 @@ from plateau.storage.sealing import REWRITES_AT_ONCE, seal_segment
 from plateau.storage.types import Index, WritePolicy
 
 log = logging.getLogger(__name__)
-SCHEMA_CHANGE_WAIT = 5.0  # seconds an append with a new schema waits for the previous seal
+SCHEMA_CHANGE_WAIT = 5.0  # seconds an append with a new schema waits for room in the queue
+SEALING_QUEUE = 2
+"""Segments a partition may have handed to the sealer: one being sealed, one waiting.
+
+With one, a partition whose next segment filled before its last seal finished
+refused appends (429) although the node had memory and CPU to spare: four
+partitions filling at the same rate roll together, and with Parquet two of their
+seals wait for ``REWRITES_AT_ONCE``. A second place lets the append go on into a
+new segment while the seals catch up; the memory budget (``MemoryBudget``) still
+bounds the open and sealing segments of all partitions together."""
 _STAGE_WRITE = APPEND_STAGE_SECONDS.labels(stage="write")
 _STAGE_DURABLE = APPEND_STAGE_SECONDS.labels(stage="durable")
 
@@ -93,7 +105,7 @@ class Partition:
         self.next_index = next_index
         self.sealed = sealed
         self.open: OpenSegment | None = None
-        self.sealing: OpenSegment | None = None
+        self.sealing: list[OpenSegment] = []  # handed to the sealer, oldest (being sealed) first
         self.seal_error: BaseException | None = None
         self.deleted = False
         self._manifest = ctx.manifest
@@ -147,7 +159,7 @@ class Partition:
                 )
                 if not changed and not seg.would_overflow(table.num_rows, table.nbytes):
                     break
-                if changed and self.sealing is not None and self.seal_error is None:
+                if changed and self._queue_full() and self.seal_error is None:
                     # not load: a new schema or config just needs the sealer to finish
                     left = deadline - time.monotonic()
                     if left > 0:
@@ -229,36 +241,44 @@ class Partition:
             raise
         return self.open
 
+    def _queue_full(self) -> bool:
+        return len(self.sealing) >= SEALING_QUEUE
+
     def _roll_locked(self) -> None:
-        """Hand the open segment to the sealer; 429 (or 507) while the last seal is unfinished."""
+        """Hand the open segment to the sealer; 429 (or 507) while its queue is full."""
         seg = self.open
         if seg is None:
             return
-        if self.sealing is not None:
+        if self._queue_full() or (self.sealing and self.seal_error is not None):
             if isinstance(self.seal_error, OSError) and self.seal_error.errno == 28:
                 raise InsufficientStorage(
                     f"partition {self.topic}/{self.name}: volume full, cannot seal segment"
                 )
             raise Busy(
                 f"partition {self.topic}/{self.name} is busy: the open segment is full "
-                "and the previous one is still being sealed",
+                "and the previous ones are still being sealed",
                 retry_after=1.0,
             )
         self.open = None
         if seg.rows == 0:
             self._discard_empty(seg)
             return
-        self._hand_to_sealer_locked(seg)
-        self._sealer.submit(self._seal, seg)
+        if self._hand_to_sealer_locked(seg):
+            self._sealer.submit(self._seal, seg)
 
-    def _hand_to_sealer_locked(self, seg: OpenSegment) -> None:
-        self.sealing = seg
+    def _hand_to_sealer_locked(self, seg: OpenSegment) -> bool:
+        """Queue ``seg``; True if it is first, so the caller seals it (else its turn comes)."""
+        self.sealing.append(seg)
         self._memory.handed_to_sealer(seg.charged)
+        return len(self.sealing) == 1
+
+    def _is_sealing(self, seg: OpenSegment) -> bool:
+        return any(s is seg for s in self.sealing)
 
     def _release(self, seg: OpenSegment) -> None:
         """Return the segment's rows to the memory budget, once (it is sealed or dropped)."""
         charged, seg.charged = seg.charged, 0
-        self._memory.release(charged, sealing=seg is self.sealing)
+        self._memory.release(charged, sealing=self._is_sealing(seg))
 
     def _discard_empty(self, seg: OpenSegment) -> None:
         seg.finish_file()
@@ -269,19 +289,27 @@ class Partition:
         """Hand the open segment to the sealer before it is full (memory is short).
 
         Returns the bytes handed over; 0 when a seal is already running here or
-        nothing is open (the next call, after that seal, will take it).
+        nothing is open (the next call, after that seal, will take it): handing over
+        more frees nothing sooner, the partition's seals run one at a time.
         """
         with self.lock:
             seg = self.open
-            if seg is None or self.sealing is not None or seg.rows == 0 or self.deleted:
+            if seg is None or self.sealing or seg.rows == 0 or self.deleted:
                 return 0
             self.open = None
-            self._hand_to_sealer_locked(seg)
-        self._sealer.submit(self._seal, seg)
+            first = self._hand_to_sealer_locked(seg)
+        if first:
+            self._sealer.submit(self._seal, seg)
         return seg.charged
 
-    def _seal(self, seg: OpenSegment) -> None:
-        """Background: make ``seg`` a sealed file, commit it, then let readers switch to it."""
+    def _seal(self, seg: OpenSegment | None) -> None:
+        """Background: seal ``seg`` (first in the queue), then each one queued behind it."""
+        while seg is not None:
+            seg = self._seal_one(seg)
+
+    def _seal_one(self, seg: OpenSegment) -> OpenSegment | None:
+        """Make ``seg`` a sealed file, commit it, let readers switch to it; returns the next
+        segment to seal (None: the queue is empty, the seal failed, or the topic is going)."""
         started = time.perf_counter()
         with self._progress.track(f"seal {self.topic}/{self.name}"):
             try:
@@ -295,27 +323,32 @@ class Partition:
                 with self.lock:
                     self.seal_error = exc
                     self._sealed.notify_all()
-                return
+                return None
             SEAL_SECONDS.labels(seg.config.format).observe(time.perf_counter() - started)
             with self.lock:
                 self.sealed.append(row)
                 self._release(seg)
-                self.sealing = None
+                assert self.sealing and self.sealing[0] is seg, "seals run in queue order"
+                self.sealing.pop(0)
                 self.seal_error = None
+                # the next in the queue, unless the topic is being deleted (abort drops it)
+                follow = self.sealing[0] if self.sealing and not self.deleted else None
                 self._sealed.notify_all()
             self._on_sealed(self.topic)
+        return follow
 
     def retry_failed_seal(self) -> None:
         """Try a failed seal again; clearing the error first makes one thread the retrier."""
         with self.lock:
-            seg = self.sealing if self.seal_error is not None and not self.deleted else None
+            failed = self.seal_error is not None and not self.deleted and self.sealing
+            seg = self.sealing[0] if failed else None
             self.seal_error = None
         if seg is not None:
             self._seal(seg)
 
     def roll_if_old(self, now: float) -> None:
         with self.lock:
-            if self.open is not None and self.sealing is None and self.open.too_old(now):
+            if self.open is not None and not self.sealing and self.open.too_old(now):
                 self._roll_locked()
 
     def flush(self) -> None:
@@ -334,7 +367,7 @@ class Partition:
         """
         for _ in range(3000):
             with self.lock:
-                busy = self.sealing is not None
+                busy = bool(self.sealing)
                 failed = self.seal_error is not None
                 if not busy:
                     seg, self.open = self.open, None
@@ -355,7 +388,7 @@ class Partition:
             self._discard_empty(seg)
             return
         with self.lock:
-            self._hand_to_sealer_locked(seg)
+            self._hand_to_sealer_locked(seg)  # the queue is empty: it is first
         self._seal(seg)
 
     def abort(self) -> None:
@@ -366,29 +399,34 @@ class Partition:
         (or failed), so the caller may delete both.
         """
         with self.lock:
-            self.deleted = True
+            self.deleted = True  # a seal under way submits no next one
             seg, self.open = self.open, None
             if seg is not None:
                 self._release(seg)
-            while self.sealing is not None and self.seal_error is None:
+            queued = self.sealing[1:]  # never started: dropped with the topic
+            del self.sealing[1:]
+            for q in queued:
+                self._memory.release(q.charged, sealing=True)
+                q.charged = 0
+            while self.sealing and self.seal_error is None:
                 self._sealed.wait()
-            if self.sealing is not None:  # its seal failed: it is deleted with the topic
-                self._release(self.sealing)
-                self.sealing = None
-        if seg is not None:
-            seg.abort()
+            if self.sealing:  # its seal failed: it is deleted with the topic
+                self._release(self.sealing[0])
+                self.sealing.clear()
+        for left in ([seg] if seg is not None else []) + queued:
+            left.abort()
 
     def open_bytes(self) -> int:
         """Bytes of the open segment not yet handed to the sealer (a racy read: a hint)."""
         seg = self.open
-        return seg.charged if seg is not None and self.sealing is None else 0
+        return seg.charged if seg is not None and not self.sealing else 0
 
     # --- reading ----------------------------------------------------------------
     def view(self) -> PartitionView:
         with self.lock:
             pending = [
                 (seg, seg.rows if self._relaxed else seg.commit.synced)
-                for seg in (self.sealing, self.open)
+                for seg in (*self.sealing, self.open)
                 if seg is not None
             ]
             sealed = list(self.sealed)
