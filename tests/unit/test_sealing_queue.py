@@ -93,6 +93,10 @@ def test_deleting_the_topic_with_a_full_queue_completes_and_frees_its_memory(
         e.topic_usage("q")
     assert e.memory.segments == 0 and e.memory.sealing == 0
     assert not list((e.data_dir / "topics").glob("q/*/*"))
+    e.close()
+    e2 = make_engine()  # nothing of the queued segments is recovered
+    assert "q" not in e2.topics()
+    assert not list((e2.data_dir / "topics").glob("q/*/*"))
 
 
 def test_closing_with_a_full_queue_seals_everything_and_a_restart_continues(
