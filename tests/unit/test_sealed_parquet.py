@@ -13,7 +13,11 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from plateau.storage.data.sealed_writer import statistics_columns, write_sealed
+from plateau.storage.data.sealed_writer import (
+    parquet_leaf_paths,
+    statistics_columns,
+    write_sealed,
+)
 
 ROWS = 10_000
 REGIONS = ("eu-west-1", "us-east-1", "ap-south-1")
@@ -64,10 +68,11 @@ def test_an_explicit_codec_keeps_the_same_statistics(tmp_path: Path) -> None:
 
 def test_statistics_columns_names_parquet_leaf_paths() -> None:
     schema = table().schema
-    assert statistics_columns(schema, set()) == [
+    leaves = parquet_leaf_paths(schema)
+    assert statistics_columns(schema, set(), leaves) == [
         "time", "region", "blob", "request", "tokens", "point.x", "point.label",
     ]  # fmt: skip
     # a nested column keeps its leaves' statistics even with a dictionary: only text loses them
-    assert statistics_columns(schema, {"region", "point", "tokens"}) == [
+    assert statistics_columns(schema, {"region", "point", "tokens"}, leaves) == [
         "time", "blob", "request", "tokens", "point.x", "point.label",
     ]  # fmt: skip

@@ -302,10 +302,11 @@ class Partition:
             self._sealer.submit(self._seal, seg)
         return seg.charged
 
-    def _seal(self, seg: OpenSegment | None) -> None:
+    def _seal(self, seg: OpenSegment) -> None:
         """Background: seal ``seg`` (first in the queue), then each one queued behind it."""
-        while seg is not None:
-            seg = self._seal_one(seg)
+        follow: OpenSegment | None = seg
+        while follow is not None:
+            follow = self._seal_one(follow)
 
     def _seal_one(self, seg: OpenSegment) -> OpenSegment | None:
         """Make ``seg`` a sealed file, commit it, let readers switch to it; returns the next
@@ -404,10 +405,9 @@ class Partition:
             if seg is not None:
                 self._release(seg)
             queued = self.sealing[1:]  # never started: dropped with the topic
-            del self.sealing[1:]
             for q in queued:
-                self._memory.release(q.charged, sealing=True)
-                q.charged = 0
+                self._release(q)
+            del self.sealing[1:]
             while self.sealing and self.seal_error is None:
                 self._sealed.wait()
             if self.sealing:  # its seal failed: it is deleted with the topic

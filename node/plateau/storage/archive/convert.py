@@ -29,6 +29,7 @@ from plateau.storage.data.sealed_writer import (
     PARQUET_ROW_GROUP,
     STREAM_START,
     dictionary_columns,
+    parquet_leaf_paths,
     statistics_columns,
 )
 
@@ -119,7 +120,7 @@ def _write_parquet(
                 schema.with_metadata({**(schema.metadata or {}), **metadata}),
                 compression=compression,
                 use_dictionary=dictionary,
-                write_statistics=statistics_columns(schema, dictionary),
+                write_statistics=statistics_columns(schema, dictionary, parquet_leaf_paths(schema)),
             )
         if cut:
             writer.write_table(table.slice(0, cut), row_group_size=PARQUET_ROW_GROUP)

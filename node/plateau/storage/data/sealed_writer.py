@@ -7,7 +7,7 @@ only afterwards.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from pathlib import Path
 from typing import BinaryIO
 
@@ -121,7 +121,9 @@ def _is_text(dtype: pa.DataType) -> bool:
     )
 
 
-def statistics_columns(schema: pa.Schema, dictionary: Collection[str]) -> list[str]:
+def statistics_columns(
+    schema: pa.Schema, dictionary: Collection[str], leaves: Sequence[Sequence[str]]
+) -> list[str]:
     """Parquet leaf paths that get min/max statistics: all but text columns with a dictionary.
 
     Why not those: their statistics compare every value's bytes, a third of the
@@ -132,26 +134,31 @@ def statistics_columns(schema: pa.Schema, dictionary: Collection[str]) -> list[s
     on by default, for equality, ``IN`` and ranges alike), and a column of few
     distinct values holds most of them in every row group, so min and max span
     them all anyway. ``time`` and every other column keep theirs: the node's own
-    time-range reads and Spark's pushdown use them.
+    time-range reads and Spark's pushdown use them. ``leaves``: ``parquet_leaf_paths(schema)``.
     """
     return [
         path
-        for field, paths in zip(schema, parquet_leaf_paths(schema), strict=True)
+        for field, paths in zip(schema, leaves, strict=True)
         if not (field.name in dictionary and _is_text(field.type))
         for path in paths
     ]
 
 
 def parquet_codecs(
-    table: pa.Table, codec: str, adaptive: bool, dictionary: Collection[str]
+    table: pa.Table,
+    codec: str,
+    adaptive: bool,
+    dictionary: Collection[str],
+    leaves: Sequence[Sequence[str]],
 ) -> str | dict[str, str]:
-    """The ``compression`` argument of Parquet's writer: one codec, or one per leaf column."""
+    """The ``compression`` argument of Parquet's writer: one codec, or one per leaf column
+    (``leaves``: ``parquet_leaf_paths(table.schema)``)."""
     if codec == "none" or not adaptive:
         return codec
     chosen = compressed_columns(table, codec, dictionary)
     return {
         path: codec if keep else "none"
-        for keep, paths in zip(chosen, parquet_leaf_paths(table.schema), strict=True)
+        for keep, paths in zip(chosen, leaves, strict=True)
         for path in paths
     }
 
@@ -196,13 +203,14 @@ def write_sealed(
     def write(f: BinaryIO) -> None:
         if fmt == "parquet":
             dictionary = dictionary_columns(table)  # sampled once: both choices use it
+            leaves = parquet_leaf_paths(table.schema)  # the paths both per-column choices name
             pq.write_table(
                 table,
                 f,
                 row_group_size=PARQUET_ROW_GROUP,
-                compression=parquet_codecs(table, compression, adaptive, set(dictionary)),
+                compression=parquet_codecs(table, compression, adaptive, set(dictionary), leaves),
                 use_dictionary=dictionary,
-                write_statistics=statistics_columns(table.schema, dictionary),
+                write_statistics=statistics_columns(table.schema, dictionary, leaves),
             )
         else:
             options = pa.ipc.IpcWriteOptions(compression=codec)
