@@ -7,6 +7,8 @@ client never sees a node that accepts connections but cannot serve them.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -31,6 +33,12 @@ token when one is configured.
 """
 
 
+async def _sweep_body_pool(state: NodeState) -> None:
+    while True:
+        await asyncio.sleep(1.0)
+        await run_in_threadpool(state.body_pool.sweep)
+
+
 def create_app(settings: NodeConfig, engine: Engine, *, close_engine: bool = True) -> FastAPI:
     """Build the app around ``engine``; with ``close_engine`` its shutdown closes the engine."""
     state = NodeState(settings, engine)
@@ -38,15 +46,20 @@ def create_app(settings: NodeConfig, engine: Engine, *, close_engine: bool = Tru
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         state.ready = True
+        sweeper = asyncio.create_task(_sweep_body_pool(state))
         try:
             yield
         finally:
             state.ready = False
+            sweeper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await sweeper
             await run_in_threadpool(state.pages.close)
             state.appenders.shutdown(wait=False)
             if close_engine and not state.engine_closed:
                 state.engine_closed = True
                 await run_in_threadpool(engine.close)
+            state.body_pool.close()
 
     # /docs and /redoc load Swagger UI and ReDoc from the node itself
     # (fastapi-offline's copies, under /static-offline-docs), not from a CDN: a

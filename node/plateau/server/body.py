@@ -2,16 +2,20 @@
 
 The declared Content-Length is checked before a byte is read; the running
 total is checked while streaming (chunked bodies, lying clients). Chunks are
-joined once: that join is the only copy of the body the server makes. With a
+copied once: joined, or, for a large append body, into recycled memory
+(``body_pool``); that is the only copy of the body the server makes. With a
 ``Reservation`` the body's bytes also count against the node's in-flight
 budget (``inflight``), from its declared length on.
 """
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator
+
 from starlette.requests import Request
 
 from plateau.protocol.errors import InvalidInput, PayloadTooLarge
+from plateau.server.body_pool import MIN_POOLED_BYTES, Pieces
 from plateau.server.inflight import Reservation
 
 
@@ -35,11 +39,11 @@ def check_declared_length(request: Request, limit: int) -> int:
     return length
 
 
-async def read_body(request: Request, limit: int, held: Reservation | None = None) -> bytes:
-    declared = check_declared_length(request, limit)
+async def _chunks(
+    request: Request, limit: int, declared: int, held: Reservation | None
+) -> AsyncIterator[bytes]:
     if held is not None:
         held.grow_to(declared)
-    chunks: list[bytes] = []
     size = 0
     async for chunk in request.stream():
         size += len(chunk)
@@ -48,5 +52,24 @@ async def read_body(request: Request, limit: int, held: Reservation | None = Non
         if held is not None:
             held.grow_to(size)
         if chunk:
-            chunks.append(chunk)
+            yield chunk
+
+
+async def read_body(request: Request, limit: int, held: Reservation | None = None) -> bytes:
+    declared = check_declared_length(request, limit)
+    return b"".join([chunk async for chunk in _chunks(request, limit, declared, held)])
+
+
+async def read_append_body(
+    request: Request, limit: int, held: Reservation | None, pooled: bool
+) -> bytes | Pieces:
+    """Like ``read_body``; with ``pooled``, a body declared at ``MIN_POOLED_BYTES`` or more
+    is left in its pieces for ``BodyPool.gather`` (Arrow bodies; JSON is parsed from
+    ``bytes``). A body shorter than declared (the client went away) never reaches a
+    decoder: the server reports the disconnect first.
+    """
+    declared = check_declared_length(request, limit)
+    chunks = [chunk async for chunk in _chunks(request, limit, declared, held)]
+    if pooled and declared >= MIN_POOLED_BYTES:
+        return Pieces(chunks, sum(len(c) for c in chunks))
     return b"".join(chunks)

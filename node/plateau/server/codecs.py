@@ -78,7 +78,9 @@ def decode_append(media: str, body: bytes) -> pa.Table:
     return decode_append_messages(media, body)[0]
 
 
-def decode_append_messages(media: str, body: bytes) -> tuple[pa.Table, list[pa.Message] | None]:
+def decode_append_messages(
+    media: str, body: bytes | pa.Buffer
+) -> tuple[pa.Table, list[pa.Message] | None]:
     """The table of an append body, and for Arrow IPC its record batch messages as sent.
 
     The table is decoded from those very messages, so that what the node keeps
@@ -88,7 +90,7 @@ def decode_append_messages(media: str, body: bytes) -> tuple[pa.Table, list[pa.M
         raise InvalidInput("empty body: send at least one record")
     messages: list[pa.Message] | None = None
     if media == JSON:
-        table = _table_from_json(body)
+        table = _table_from_json(body if isinstance(body, bytes) else body.to_pybytes())
     else:
         table, messages = _table_from_ipc(body, stream=media == ARROW_STREAM)
     try:
@@ -113,8 +115,10 @@ def _check_names(schema: pa.Schema) -> None:
             stack.append(child.type)
 
 
-def _table_from_ipc(body: bytes, *, stream: bool) -> tuple[pa.Table, list[pa.Message] | None]:
-    buffer = pa.py_buffer(body)
+def _table_from_ipc(
+    body: bytes | pa.Buffer, *, stream: bool
+) -> tuple[pa.Table, list[pa.Message] | None]:
+    buffer = body if isinstance(body, pa.Buffer) else pa.py_buffer(body)
     kind = "stream" if stream else "file"
     try:
         found = ipc_batch_messages(buffer, stream=stream)

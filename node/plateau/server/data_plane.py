@@ -57,7 +57,8 @@ from plateau.protocol.focus import DataFocus
 from plateau.protocol.names import check_name
 from plateau.protocol.values import Span
 from plateau.server.auth import bearer_token, check_token
-from plateau.server.body import check_declared_length, read_body
+from plateau.server.body import check_declared_length, read_append_body, read_body
+from plateau.server.body_pool import BodyPool, Pieces
 from plateau.server.codecs import (
     append_media_type,
     decode_append_messages,
@@ -195,11 +196,19 @@ async def append(request: Request, state: NodeState, topic: str, partition: str)
         limit = state.settings.server.max_request_bytes
         started = time.perf_counter()
         async with state.bodies.hold(check_declared_length(request, limit)) as held:
-            body = await read_body(request, limit, held)
+            body = await read_append_body(request, limit, held, pooled=media != JSON)
             received = time.perf_counter()
             _STAGE_BODY.observe(received - started)
             span = await asyncio.get_running_loop().run_in_executor(
-                state.appenders, _append, state.engine, topic, partition, media, body, received
+                state.appenders,
+                _append,
+                state.engine,
+                state.body_pool,
+                topic,
+                partition,
+                media,
+                body,
+                received,
             )
     except PlateauError as exc:
         reason = _rejection_reason(exc)
@@ -210,11 +219,18 @@ async def append(request: Request, state: NodeState, topic: str, partition: str)
 
 
 def _append(
-    engine: Engine, topic: str, partition: str, media: str, body: bytes, handed_off: float
+    engine: Engine,
+    pool: BodyPool,
+    topic: str,
+    partition: str,
+    media: str,
+    body: bytes | Pieces,
+    handed_off: float,
 ) -> Span:
     started = time.perf_counter()
     _STAGE_QUEUE.observe(started - handed_off)
-    table, messages = decode_append_messages(media, body)
+    whole = pool.gather(body) if isinstance(body, Pieces) else body
+    table, messages = decode_append_messages(media, whole)
     _STAGE_DECODE.observe(time.perf_counter() - started)
     return engine.append(topic, partition, table, messages)
 

@@ -6,7 +6,7 @@ register in the default registry that ``/metrics`` exposes.
 
 from __future__ import annotations
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Gauge
 
 REJECTED_APPENDS = Counter(
     "plateau_rejected_appends_total",
@@ -18,4 +18,14 @@ PAGES_AHEAD = Counter(
     "plateau_iterate_pages_ahead_total",
     "Topic pages prepared ahead (prepared: ready), served from that (used), or not (expired)",
     ["outcome"],
+)
+
+BODY_POOL_REGIONS = Counter(
+    "plateau_body_pool_regions_total",
+    "Memory regions for large append bodies: newly mapped, reused, or unmapped past the idle bound",
+    ["outcome"],
+)
+
+BODY_POOL_IDLE_BYTES = Gauge(
+    "plateau_body_pool_idle_bytes", "Memory kept mapped for the next large append bodies"
 )

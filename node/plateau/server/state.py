@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 
 from starlette.requests import Request
 
+from plateau.server.body_pool import BodyPool
 from plateau.server.config import NodeConfig
 from plateau.server.inflight import BodyBudget
 from plateau.server.iteration_prefetch import PageAhead
@@ -27,6 +28,7 @@ class NodeState:
     bodies: BodyBudget = field(init=False)
     pages: PageAhead = field(init=False)
     appenders: ThreadPoolExecutor = field(init=False)
+    body_pool: BodyPool = field(init=False)
 
     def __post_init__(self) -> None:
         memory = self.engine.memory
@@ -40,6 +42,8 @@ class NodeState:
         # in half the time (0.65 -> 0.31 ms an append, bench/ingest.py's queue stage);
         # bounded by the body budget, not by this count
         self.appenders = ThreadPoolExecutor(APPEND_THREADS, thread_name_prefix="append")
+        # regions for large bodies: within the memory the budget gives bodies and open segments
+        self.body_pool = BodyPool(memory.segments_limit + memory.bodies_limit)
         auth = self.settings.auth
         token = auth.token.get_secret_value().encode() if auth.token else None
         read = auth.read_token.get_secret_value().encode() if auth.read_token else None
