@@ -11,6 +11,7 @@ regions really are reused (``/metrics``).
 from __future__ import annotations
 
 import random
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -73,3 +74,21 @@ def test_bodies_in_recycled_memory_read_back_as_sent(node: NodeProcess, fmt: str
     node.restart()
     with node.client(timeout=60) as c:
         assert rows_read(c, "t").equals(pa.concat_tables(sent)), "sealed files after restart"
+
+
+def test_a_deleted_topic_leaves_no_body_memory_behind(node: NodeProcess) -> None:
+    """What the pool lent to a topic's bodies comes back once the topic is gone: nothing
+    keeps an open segment's batches alive after it."""
+    with node.client(timeout=60) as c:
+        assert c.put("/admin/topics/d", json={"segment": {"max_bytes": 4 << 20}}).status_code == 201
+        for tag in range(8):
+            body = ipc_file(batch(tag))
+            r = c.post("/topic/d/partition/0", content=body, headers={"content-type": ARROW_FILE})
+            assert r.status_code == 200, r.text
+        leased = metric_values(node.url, "plateau_body_pool_leased_bytes")[()]
+        assert leased >= len(body), "the open segment's bodies are leased"
+        assert c.delete("/admin/topics/d").status_code in (200, 204)
+        deadline = time.monotonic() + 10
+        while (leased := metric_values(node.url, "plateau_body_pool_leased_bytes")[()]) > 0:
+            assert time.monotonic() < deadline, f"{leased} bytes still leased after the delete"
+            time.sleep(0.05)

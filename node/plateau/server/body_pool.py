@@ -39,7 +39,7 @@ import weakref
 
 import pyarrow as pa
 
-from plateau.server.metrics import BODY_POOL_IDLE_BYTES, BODY_POOL_REGIONS
+from plateau.server.metrics import BODY_POOL_IDLE_BYTES, BODY_POOL_LEASED_BYTES, BODY_POOL_REGIONS
 
 MIN_POOLED_BYTES = 1 << 20  # smaller blocks come from malloc's heap, already reused
 CLASSES_PER_OCTAVE = 8
@@ -145,8 +145,9 @@ class BodyPool:
             if region is not None:
                 self._idle_bytes -= capacity
             self._leased_bytes += capacity
-            idle = self._idle_bytes
+            idle, leased = self._idle_bytes, self._leased_bytes
         BODY_POOL_IDLE_BYTES.set(idle)
+        BODY_POOL_LEASED_BYTES.set(leased)
         BODY_POOL_REGIONS.labels("mapped" if region is None else "reused").inc()
         if region is None:
             region = Region(capacity)  # mapped outside the lock
@@ -164,8 +165,9 @@ class BodyPool:
                 self._idle.setdefault(region.capacity, []).append(region)
                 self._idle_bytes += region.capacity
             stale = self._take_stale(now)
-            idle = self._idle_bytes
+            idle, leased = self._idle_bytes, self._leased_bytes
         BODY_POOL_IDLE_BYTES.set(idle)
+        BODY_POOL_LEASED_BYTES.set(leased)
         if not keep:
             stale.append(region)
         self._unmap(stale)

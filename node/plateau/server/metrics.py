@@ -29,3 +29,8 @@ BODY_POOL_REGIONS = Counter(
 BODY_POOL_IDLE_BYTES = Gauge(
     "plateau_body_pool_idle_bytes", "Memory kept mapped for the next large append bodies"
 )
+
+BODY_POOL_LEASED_BYTES = Gauge(
+    "plateau_body_pool_leased_bytes",
+    "Memory holding large append bodies that something (an open segment, a reader) still uses",
+)
