@@ -102,6 +102,28 @@ def test_close_unmaps_idle_regions_and_later_returns() -> None:
     assert pool.idle_bytes == 0 and pool.leased_bytes == 0
 
 
+def test_a_body_freed_while_its_thread_holds_the_lock_is_filed_later() -> None:
+    """The cyclic GC runs finalizers inside whatever code allocated, the pool's own locked
+    sections included: a lease's finalizer must then neither wait for the lock (that
+    thread holds it) nor lose the region."""
+    pool = BodyPool(64 * MiB)
+    body = pool.gather(pieces_of(bytes(2 * MiB)))
+    done = threading.Event()
+
+    def free_under_lock() -> None:
+        nonlocal body
+        with pool._lock:  # as a GC pass inside lease() would be
+            del body
+        done.set()
+
+    worker = threading.Thread(target=free_under_lock, daemon=True)
+    worker.start()
+    assert done.wait(10), "the finalizer waited for a lock its own thread holds"
+    assert pool.idle_bytes == 0, "filed under a lock it did not take"
+    pool.sweep()
+    assert pool.idle_bytes == size_class(2 * MiB) and pool.leased_bytes == 0
+
+
 def test_a_piece_past_the_declared_size_is_refused() -> None:
     pool = BodyPool(64 * MiB)
     with pytest.raises(ValueError, match="declared"):

@@ -26,11 +26,13 @@ and so is one left idle for ``IDLE_SECONDS``, so a node whose load fell gives
 the memory back.
 
 Lock order: ``BodyPool._lock`` is a leaf; nothing is called and no memory is
-mapped or unmapped while it is held.
+mapped or unmapped while it is held. A lease's finalizer never waits for it
+(``give_back``): the cyclic GC can run finalizers inside a locked section.
 """
 
 from __future__ import annotations
 
+import collections
 import ctypes
 import mmap
 import threading
@@ -116,9 +118,10 @@ class BodyPool:
         self.limit_bytes = limit_bytes
         self.idle_seconds = idle_seconds
         self._lock = threading.Lock()
+        self._returned: collections.deque[Region] = collections.deque()  # not yet filed
         self._idle: dict[int, list[Region]] = {}  # by capacity, most recently returned last
         self._idle_bytes = 0
-        self._leased_bytes = 0
+        self._leased_bytes = 0  # includes regions returned but not yet filed
         self._next_sweep = 0.0
 
     @property
@@ -140,41 +143,64 @@ class BodyPool:
     def lease(self, size: int) -> Lease:
         capacity = size_class(size)
         with self._lock:
+            unmap = self._file_returned(time.monotonic())
             free = self._idle.get(capacity)
             region = free.pop() if free else None
             if region is not None:
                 self._idle_bytes -= capacity
             self._leased_bytes += capacity
-            idle, leased = self._idle_bytes, self._leased_bytes
-        BODY_POOL_IDLE_BYTES.set(idle)
-        BODY_POOL_LEASED_BYTES.set(leased)
+            counts = self._idle_bytes, self._leased_bytes
+        self._publish(*counts, unmap)
         BODY_POOL_REGIONS.labels("mapped" if region is None else "reused").inc()
         if region is None:
             region = Region(capacity)  # mapped outside the lock
         return Lease(self, region, size)
 
     def give_back(self, region: Region) -> None:
-        """A lease's finalizer: keep the region for the next body, or unmap it."""
-        now = time.monotonic()
+        """A lease's finalizer: the region is queued, and filed now if the lock is free.
+
+        A finalizer runs wherever the last reference goes, and the cyclic GC runs
+        them in whatever code allocated, this pool's locked sections included; so it
+        never waits for the lock (the lock is not reentrant). A region it cannot
+        file is filed by the next lease, give_back or the server's sweep.
+        """
+        self._returned.append(region)
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            unmap = self._file_returned(time.monotonic())
+            counts = self._idle_bytes, self._leased_bytes
+        finally:
+            self._lock.release()
+        self._publish(*counts, unmap)
+
+    def sweep(self) -> None:
+        """File returned regions and unmap those idle for ``idle_seconds``; the server calls
+        it every second, so that a node that stopped receiving large bodies gives their
+        memory back too."""
         with self._lock:
+            unmap = self._file_returned(time.monotonic())
+            counts = self._idle_bytes, self._leased_bytes
+        self._publish(*counts, unmap)
+
+    def _file_returned(self, now: float) -> list[Region]:
+        """Under the lock: returned regions to the idle lists, or out past ``limit_bytes``;
+        then the stale ones out. Returns the regions to unmap (after the lock)."""
+        unmap: list[Region] = []
+        while self._returned:
+            region = self._returned.popleft()
             self._leased_bytes -= region.capacity
-            total = self._leased_bytes + self._idle_bytes + region.capacity
-            keep = total <= self.limit_bytes
-            if keep:
-                region.idle_since = now
-                self._idle.setdefault(region.capacity, []).append(region)
-                self._idle_bytes += region.capacity
-            stale = self._take_stale(now)
-            idle, leased = self._idle_bytes, self._leased_bytes
-        BODY_POOL_IDLE_BYTES.set(idle)
-        BODY_POOL_LEASED_BYTES.set(leased)
-        if not keep:
-            stale.append(region)
-        self._unmap(stale)
+            if self._leased_bytes + self._idle_bytes + region.capacity > self.limit_bytes:
+                unmap.append(region)
+                continue
+            region.idle_since = now
+            self._idle.setdefault(region.capacity, []).append(region)
+            self._idle_bytes += region.capacity
+        return unmap + self._take_stale(now)
 
     def _take_stale(self, now: float) -> list[Region]:
-        """Regions idle for ``idle_seconds``, out of the pool (under the lock; at most once a
-        second, since it walks every size class)."""
+        """Regions idle for ``idle_seconds``, out of the pool (at most once a second, since it
+        walks every size class)."""
         if now < self._next_sweep:
             return []
         self._next_sweep = now + min(1.0, self.idle_seconds)
@@ -191,26 +217,20 @@ class BodyPool:
                 del self._idle[capacity]
         return stale
 
-    def sweep(self) -> None:
-        """Unmap regions idle for ``idle_seconds``; the server calls it every second, so that
-        a node that stopped receiving large bodies gives their memory back too."""
-        with self._lock:
-            stale = self._take_stale(time.monotonic())
-            idle = self._idle_bytes
+    def _publish(self, idle: int, leased: int, unmap: list[Region]) -> None:
         BODY_POOL_IDLE_BYTES.set(idle)
-        self._unmap(stale)
-
-    def _unmap(self, regions: list[Region]) -> None:
-        for region in regions:
+        BODY_POOL_LEASED_BYTES.set(leased)
+        for region in unmap:
             BODY_POOL_REGIONS.labels("unmapped").inc()
             region.map.close()
 
     def close(self) -> None:
         """Unmap the idle regions (leased ones go when their last buffer does)."""
         with self._lock:
-            regions = [r for free in self._idle.values() for r in free]
+            self.limit_bytes = 0
+            unmap = self._file_returned(time.monotonic())
+            unmap += [r for free in self._idle.values() for r in free]
             self._idle = {}
             self._idle_bytes = 0
-            self.limit_bytes = 0
-        BODY_POOL_IDLE_BYTES.set(0)
-        self._unmap(regions)
+            counts = self._idle_bytes, self._leased_bytes
+        self._publish(*counts, unmap)
