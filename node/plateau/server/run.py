@@ -113,6 +113,10 @@ def tune_malloc() -> None:
     what the node holds. A fixed threshold (which also turns the adjustment
     off) keeps blocks of 1 MiB and more in their own mappings, unmapped on
     free. The environment (``MALLOC_MMAP_THRESHOLD_``) overrides it.
+
+    Large Arrow bodies no longer come from malloc at all (``body_pool`` recycles
+    their memory without faulting it in again); the threshold still keeps JSON
+    bodies and other large blocks from fragmenting the heap.
     """
     if platform.libc_ver()[0] != "glibc" or "MALLOC_MMAP_THRESHOLD_" in os.environ:
         return
