@@ -40,14 +40,14 @@ def test_size_classes_are_few_per_octave() -> None:
 
 
 def test_a_gathered_body_is_the_bytes_sent() -> None:
-    pool = BodyPool(64 * MiB)
+    pool = BodyPool(64 * MiB, 64 * MiB)
     data = os.urandom(MIN_POOLED_BYTES + 12345)
     body = pool.gather(pieces_of(data))
     assert isinstance(body, pa.Buffer) and body.to_pybytes() == data
 
 
 def test_a_region_is_lent_again_only_after_its_last_buffer_is_gone() -> None:
-    pool = BodyPool(64 * MiB)
+    pool = BodyPool(64 * MiB, 64 * MiB)
     first = pool.gather(pieces_of(b"a" * 2 * MiB))
     address = first.address
     kept = first.slice(100, 10)  # a reader's slice of the body outlives the body itself
@@ -66,7 +66,7 @@ def test_a_region_is_lent_again_only_after_its_last_buffer_is_gone() -> None:
 
 def test_what_the_pool_maps_stays_within_its_limit() -> None:
     capacity = size_class(3 * MiB)
-    pool = BodyPool(limit_bytes=4 * capacity)
+    pool = BodyPool(limit_bytes=4 * capacity, max_idle_bytes=64 * MiB)
     bodies = [pool.gather(pieces_of(bytes(3 * MiB))) for _ in range(6)]
     assert pool.leased_bytes == 6 * capacity  # leases are never refused: the budget did that
     del bodies
@@ -75,8 +75,21 @@ def test_what_the_pool_maps_stays_within_its_limit() -> None:
     assert pool.idle_bytes == 4 * capacity, "past the limit, returned regions are unmapped"
 
 
+def test_idle_regions_stay_within_their_own_bound() -> None:
+    """Idle regions are memory no part of the budget counts: bounded apart, however much
+    room the leased bound leaves."""
+    capacity = size_class(3 * MiB)
+    pool = BodyPool(limit_bytes=64 * capacity, max_idle_bytes=2 * capacity)
+    bodies = [pool.gather(pieces_of(bytes(3 * MiB))) for _ in range(6)]
+    del bodies
+    gc.collect()
+    pool.sweep()
+    assert pool.leased_bytes == 0
+    assert pool.idle_bytes == 2 * capacity
+
+
 def test_idle_regions_are_unmapped_after_idle_seconds() -> None:
-    pool = BodyPool(64 * MiB, idle_seconds=0.2)
+    pool = BodyPool(64 * MiB, 64 * MiB, idle_seconds=0.2)
     body = pool.gather(pieces_of(bytes(2 * MiB)))
     del body
     gc.collect()
@@ -89,7 +102,7 @@ def test_idle_regions_are_unmapped_after_idle_seconds() -> None:
 
 
 def test_close_unmaps_idle_regions_and_later_returns() -> None:
-    pool = BodyPool(64 * MiB)
+    pool = BodyPool(64 * MiB, 64 * MiB)
     kept = pool.gather(pieces_of(b"k" * 2 * MiB))
     gone = pool.gather(pieces_of(bytes(2 * MiB)))
     del gone
@@ -106,7 +119,7 @@ def test_a_body_freed_while_its_thread_holds_the_lock_is_filed_later() -> None:
     """The cyclic GC runs finalizers inside whatever code allocated, the pool's own locked
     sections included: a lease's finalizer must then neither wait for the lock (that
     thread holds it) nor lose the region."""
-    pool = BodyPool(64 * MiB)
+    pool = BodyPool(64 * MiB, 64 * MiB)
     body = pool.gather(pieces_of(bytes(2 * MiB)))
     done = threading.Event()
 
@@ -125,7 +138,7 @@ def test_a_body_freed_while_its_thread_holds_the_lock_is_filed_later() -> None:
 
 
 def test_a_piece_past_the_declared_size_is_refused() -> None:
-    pool = BodyPool(64 * MiB)
+    pool = BodyPool(64 * MiB, 64 * MiB)
     with pytest.raises(ValueError, match="declared"):
         pool.gather(Pieces([bytes(MiB), b"x"], MiB))
 
@@ -133,7 +146,7 @@ def test_a_piece_past_the_declared_size_is_refused() -> None:
 def test_threads_leasing_and_returning_at_once_keep_every_body_intact() -> None:
     """Stress for the pool's lock: 8 threads gather bodies of a few sizes, hold some a
     while, and check every byte before dropping them; a stall fails the join's deadline."""
-    pool = BodyPool(limit_bytes=24 * MiB, idle_seconds=0.05)
+    pool = BodyPool(limit_bytes=24 * MiB, max_idle_bytes=12 * MiB, idle_seconds=0.05)
     errors: list[str] = []
     rounds = 150
 

@@ -15,6 +15,7 @@ from plateau.storage.catalog.memory import export_memory_metrics
 from plateau.storage.engine import Engine
 
 APPEND_THREADS = 64
+IDLE_SHARE = 64  # of the memory budget, for idle body regions (server/body_pool.py)
 
 
 @dataclass
@@ -42,8 +43,11 @@ class NodeState:
         # in half the time (0.65 -> 0.31 ms an append, bench/ingest.py's queue stage);
         # bounded by the body budget, not by this count
         self.appenders = ThreadPoolExecutor(APPEND_THREADS, thread_name_prefix="append")
-        # regions for large bodies: within the memory the budget gives bodies and open segments
-        self.body_pool = BodyPool(memory.segments_limit + memory.bodies_limit)
+        # regions for large bodies: within the memory the budget gives bodies and open segments,
+        # the idle ones (counted by no part) within a 64th of the budget
+        self.body_pool = BodyPool(
+            memory.segments_limit + memory.bodies_limit, memory.total // IDLE_SHARE
+        )
         auth = self.settings.auth
         token = auth.token.get_secret_value().encode() if auth.token else None
         read = auth.read_token.get_secret_value().encode() if auth.read_token else None
