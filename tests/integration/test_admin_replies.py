@@ -43,7 +43,7 @@ def test_sync_client_returns_typed_admin_replies(node: NodeProcess) -> None:
         info = client.node_info(topics=True)
         assert isinstance(info, NodeInfo) and info.topics == 1
         assert info.topic_usage == {"typed": status.usage}
-        assert set(info.memory.parts) == {"open_segments", "read_cache", "bodies"}
+        assert set(info.memory.parts) == {"open_segments", "read_cache", "bodies", "body_pool"}
 
     with httpx.Client(base_url=node.url, headers=node.headers()) as raw:
         same_json(status, raw.get("/admin/topics/typed"))

@@ -15,7 +15,7 @@ from plateau.storage.catalog.memory import export_memory_metrics
 from plateau.storage.engine import Engine
 
 APPEND_THREADS = 64
-IDLE_SHARE = 64  # of the memory budget, for idle body regions (server/body_pool.py)
+BODY_POOL_IDLE_BYTES = 256 << 20  # at most; a 16th of a smaller budget (server/body_pool.py)
 
 
 @dataclass
@@ -43,11 +43,12 @@ class NodeState:
         # in half the time (0.65 -> 0.31 ms an append, bench/ingest.py's queue stage);
         # bounded by the body budget, not by this count
         self.appenders = ThreadPoolExecutor(APPEND_THREADS, thread_name_prefix="append")
-        # regions for large bodies: within the memory the budget gives bodies and open segments,
-        # the idle ones (counted by no part) within a 64th of the budget
-        self.body_pool = BodyPool(
-            memory.segments_limit + memory.bodies_limit, memory.total // IDLE_SHARE
-        )
+        # regions for large bodies: the idle ones within their own part of the budget (taken
+        # from the open segments' share), lent and idle ones within that and the parts of the
+        # bodies and open segments, which count the bodies the lent ones hold
+        idle = memory.reserve_body_pool(BODY_POOL_IDLE_BYTES)
+        self.body_pool = BodyPool(memory.segments_limit + memory.bodies_limit + idle, idle)
+        memory.body_pool_used = lambda: self.body_pool.idle_bytes
         auth = self.settings.auth
         token = auth.token.get_secret_value().encode() if auth.token else None
         read = auth.read_token.get_secret_value().encode() if auth.read_token else None

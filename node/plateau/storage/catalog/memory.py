@@ -137,6 +137,7 @@ class MemoryBudget:
         self.read_cache_limit = min(read_cache_bytes, self.total // 4)
         self.archive_cache_limit = min(archive_cache_bytes, self.total // 8)
         self.bodies_limit = 0
+        self.body_pool_limit = 0
         self._lock = threading.Lock()
         self._room = threading.Condition(self._lock)  # notified when open-segment bytes go
         self._waiting = 0  # appends in wait_for_room
@@ -146,15 +147,27 @@ class MemoryBudget:
         self.bodies_waiting = 0  # appends waiting for room in ``bodies`` (same)
         self.read_cache_used: Callable[[], int] = _nothing  # the read cache installs its own
         self.archive_cache_used: Callable[[], int] = _nothing  # so do archive reads
+        self.body_pool_used: Callable[[], int] = _nothing  # the server's idle body regions
 
     def reserve_bodies(self, wanted: int) -> int:
         """Set the bodies part (the server's in-flight limit); returns what it got."""
         self.bodies_limit = min(wanted, self.total // 4)
         return self.bodies_limit
 
+    def reserve_body_pool(self, wanted: int) -> int:
+        """Set the part for idle regions of the server's body pool; returns what it got."""
+        self.body_pool_limit = min(wanted, self.total // 16)
+        return self.body_pool_limit
+
     @property
     def segments_limit(self) -> int:
-        return self.total - self.read_cache_limit - self.archive_cache_limit - self.bodies_limit
+        return (
+            self.total
+            - self.read_cache_limit
+            - self.archive_cache_limit
+            - self.bodies_limit
+            - self.body_pool_limit
+        )
 
     @property
     def segments(self) -> int:
@@ -228,6 +241,9 @@ class MemoryBudget:
                 "waiting": self.bodies_waiting,
             },
         }
+        if self.body_pool_limit:
+            used = self.body_pool_used()
+            parts["body_pool"] = {"used": used, "limit": self.body_pool_limit}
         if self.archive_cache_limit:
             used = self.archive_cache_used()
             parts["archive_cache"] = {"used": used, "limit": self.archive_cache_limit}
