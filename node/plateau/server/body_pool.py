@@ -103,10 +103,6 @@ class Lease:
         self.region.map[self._filled : end] = chunk
         self._filled = end
 
-    @property
-    def filled(self) -> int:
-        return self._filled
-
     def buffer(self) -> pa.Buffer:
         """The bytes written so far, as an Arrow buffer that keeps this lease alive."""
         return pa.foreign_buffer(self.region.address, self._filled, base=self)
@@ -120,9 +116,6 @@ class Pieces:
     def __init__(self, chunks: list[bytes], size: int) -> None:
         self.chunks = chunks
         self.size = size
-
-    def __len__(self) -> int:
-        return self.size
 
 
 class BodyPool:

@@ -15,7 +15,7 @@ from plateau.storage.catalog.memory import export_memory_metrics
 from plateau.storage.engine import Engine
 
 APPEND_THREADS = 64
-BODY_POOL_IDLE_BYTES = 256 << 20  # at most; a 16th of a smaller budget (server/body_pool.py)
+BODY_POOL_MAX_IDLE_BYTES = 256 << 20  # at most; a 16th of a smaller budget (server/body_pool.py)
 
 
 @dataclass
@@ -46,7 +46,7 @@ class NodeState:
         # regions for large bodies: the idle ones within their own part of the budget (taken
         # from the open segments' share), lent and idle ones within that and the parts of the
         # bodies and open segments, which count the bodies the lent ones hold
-        idle = memory.reserve_body_pool(BODY_POOL_IDLE_BYTES)
+        idle = memory.reserve_body_pool(BODY_POOL_MAX_IDLE_BYTES)
         self.body_pool = BodyPool(memory.segments_limit + memory.bodies_limit + idle, idle)
         memory.body_pool_used = lambda: self.body_pool.idle_bytes
         auth = self.settings.auth
