@@ -3,6 +3,7 @@
     python bench/ingest_vs_rs.py --against-plateau-rs BINARY [--duration 15] [--pairs 2]
         [--workload incompressible|compressible|both] [--node-topics arrow,parquet]
         [--compression lz4|zstd|none|...] [--clients 4] [--partitions 4]
+        [--ceiling-seconds 4] [--ceiling-gaps-ms 0,1,2,4]
 
 Each phase starts one server in its own temporary directory: plateau's Rust
 server (``rs``), or the node (``testkit.nodeproc.NodeProcess`` at its defaults:
@@ -13,6 +14,11 @@ pre-encoded Arrow IPC files of ``--rows-per-batch`` rows to partitions
 ``p0``..) runs for ``--duration`` seconds; then one reader per partition reads
 every acknowledged row back in Arrow pages; then the server stops (the node
 seals its open segments) and its data directory is measured and deleted.
+
+After each pair, bench/disk_ceiling.py measures what the disk itself allows a
+server that fsyncs every append (``disk_ceiling`` in the output): the same
+number of writers appending the same body size with O_DIRECT and fdatasync
+and nothing else, with ``--ceiling-gaps-ms`` of other work per append.
 
 The phases run as pairs, ``rs, node-arrow, node-parquet, rs, node-arrow, ...``,
 so that the machine's drift over the run (easily 20%) falls on both sides of
@@ -39,6 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # testkit.nodep
 
 import httpx
 
+import disk_ceiling
 from clients import CLIENTS
 from common import (
     NODE_START_S,
@@ -190,6 +197,48 @@ def run_one(
     }
 
 
+def ceiling(
+    args: argparse.Namespace,
+    bodies: list[bytes],
+    raw_bytes_per_row: float,
+    rs_rows_per_s: float,
+    workload: str,
+    pair: int,
+) -> list[dict[str, Any]]:
+    """The disk's fsync-per-append ceiling right after this pair's servers (disk_ceiling.py)."""
+    body_bytes = round(sum(len(b) for b in bodies) / len(bodies))
+    runs = disk_ceiling.measure(
+        args.clients,
+        args.ceiling_seconds,
+        body_bytes,
+        raw_bytes_per_row,
+        args.ceiling_gaps,
+        args.data_root,
+    )
+    for r in runs:
+        r["vs_plateau"] = _r(r["rows_per_s"] / rs_rows_per_s if rs_rows_per_s else None)
+    log(
+        f"{workload} pair {pair}: disk ceiling (O_DIRECT + fdatasync, {args.clients} writers): "
+        + ", ".join(
+            f"gap {r['gap_ms']:g} ms {r['rows_per_s']:,} rows/s ({r['vs_plateau']}x plateau)"
+            for r in runs
+        )
+    )
+    return runs
+
+
+def summarize_ceilings(ceilings: list[list[dict[str, Any]]]) -> dict[str, Any]:
+    """Per gap: the median over pairs of the ceiling's rows/s and its ratio to plateau."""
+    by_gap: dict[str, dict[str, Any]] = {}
+    for runs in zip(*ceilings, strict=True):
+        by_gap[f"{runs[0]['gap_ms']:g}"] = {
+            "rows_per_s_median": _r(_median([r["rows_per_s"] for r in runs]), 0),
+            "vs_plateau_median": _r(_median([r["vs_plateau"] for r in runs])),
+            "runs": list(runs),
+        }
+    return {"by_gap_ms": by_gap}
+
+
 def _median(values: list[float | None]) -> float | None:
     got = [v for v in values if v is not None]
     return statistics.median(got) if got else None
@@ -306,9 +355,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument(
         "--data-root", type=Path, default=default_data_root(), help="where phases' temp dirs go"
     )
+    ap.add_argument(
+        "--ceiling-seconds",
+        type=float,
+        default=4.0,
+        help="seconds of each disk-ceiling run after each pair (bench/disk_ceiling.py);\n"
+        "0: none [4]",
+    )
+    ap.add_argument(
+        "--ceiling-gaps-ms",
+        default=",".join(f"{g:g}" for g in disk_ceiling.DEFAULT_GAPS_MS),
+        help="a writer's time between its appends in the disk-ceiling runs [0,1,2,4]",
+    )
     add_node_env(ap)
     args = ap.parse_args(argv)
     args.node_env = node_env(ap, args.node_env)
+    try:
+        args.ceiling_gaps = disk_ceiling.parse_gaps(args.ceiling_gaps_ms)
+    except ValueError as exc:
+        ap.error(f"--ceiling-gaps-ms: {exc}")
+    if args.ceiling_seconds < 0:
+        ap.error("--ceiling-seconds must be >= 0")
     topics = [t.strip() for t in args.node_topics.split(",") if t.strip()]
     if not topics or any(t not in ("arrow", "parquet") for t in topics):
         ap.error(f"--node-topics: a comma-separated list of arrow, parquet; got {args.node_topics}")
@@ -346,10 +413,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         ratios = codec_ratios(bodies[:4])
         log(f"{workload}: {raw:.1f} body bytes/row; compressed/raw {ratios}")
         runs: dict[str, list[dict[str, Any]]] = {s: [] for s in args.systems}
+        ceilings: list[list[dict[str, Any]]] = []
         for pair in range(args.pairs):
             for system in args.systems:
                 runs[system].append(run_one(args, system, workload, pair, bodies))
             rs = runs[RS][-1]["rows_per_s"]
+            if args.ceiling_seconds:
+                ceilings.append(ceiling(args, bodies, raw, rs, workload, pair))
             log(
                 f"{workload} pair {pair}: "
                 + ", ".join(
@@ -361,6 +431,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             "codec_ratio": ratios,
             "systems": {s: summarize(r) for s, r in runs.items()},
             "vs_plateau": compare(runs, raw),
+            "disk_ceiling": summarize_ceilings(ceilings),
         }
     result["targets"] = targets(result)
     result["all_pass"] = all(t["pass"] for t in result["targets"].values())
