@@ -19,7 +19,7 @@ from plateau.server.body_pool import MIN_POOLED_BYTES, Pieces
 from plateau.server.inflight import Reservation
 
 
-def _too_large(limit: int) -> PayloadTooLarge:
+def too_large(limit: int) -> PayloadTooLarge:
     return PayloadTooLarge(
         f"request body exceeds {limit} bytes; split it into smaller appends", max_bytes=limit
     )
@@ -35,7 +35,7 @@ def check_declared_length(request: Request, limit: int) -> int:
     except ValueError:
         raise InvalidInput(f"bad Content-Length {declared!r}") from None
     if length > limit:
-        raise _too_large(limit)
+        raise too_large(limit)
     return length
 
 
@@ -48,7 +48,7 @@ async def _chunks(
     async for chunk in request.stream():
         size += len(chunk)
         if size > limit:
-            raise _too_large(limit)
+            raise too_large(limit)
         if held is not None:
             held.grow_to(size)
         if chunk:

@@ -42,6 +42,7 @@ import mmap
 import threading
 import time
 import weakref
+from collections.abc import Callable
 
 import pyarrow as pa
 
@@ -102,6 +103,15 @@ class Lease:
             raise ValueError(f"body passes its declared {self.size} bytes")
         self.region.map[self._filled : end] = chunk
         self._filled = end
+
+    def receive(self, fill: Callable[[memoryview], int]) -> None:
+        """Let ``fill`` write the whole body into the region (the ingest listener's
+        ``recv_into``, no copy in between); it returns how many bytes it wrote."""
+        with memoryview(self.region.map) as view:
+            got = fill(view[: self.size])
+        if got != self.size:
+            raise ValueError(f"body of {got} bytes, {self.size} declared")
+        self._filled = self.size
 
     def buffer(self) -> pa.Buffer:
         """The bytes written so far, as an Arrow buffer that keeps this lease alive."""

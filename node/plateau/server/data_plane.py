@@ -85,9 +85,9 @@ from plateau.storage.types import PartitionRead, TimeRange
 
 MAX_CURSOR_BYTES = 1024 * 1024
 
-_STAGE_BODY = APPEND_STAGE_SECONDS.labels(stage="body")
-_STAGE_QUEUE = APPEND_STAGE_SECONDS.labels(stage="queue")
-_STAGE_DECODE = APPEND_STAGE_SECONDS.labels(stage="decode")
+STAGE_BODY = APPEND_STAGE_SECONDS.labels(stage="body")
+STAGE_QUEUE = APPEND_STAGE_SECONDS.labels(stage="queue")
+STAGE_DECODE = APPEND_STAGE_SECONDS.labels(stage="decode")
 
 _REJECTION_REASONS = {
     401: "unauthorized",
@@ -99,7 +99,7 @@ _REJECTION_REASONS = {
 }
 
 
-def _rejection_reason(exc: PlateauError) -> str | None:
+def rejection_reason(exc: PlateauError) -> str | None:
     reason = _REJECTION_REASONS.get(exc.status)
     if reason is None and 400 <= exc.status < 500:
         reason = "invalid"
@@ -198,7 +198,7 @@ async def append(request: Request, state: NodeState, topic: str, partition: str)
         async with state.bodies.hold(check_declared_length(request, limit)) as held:
             body = await read_append_body(request, limit, held, pooled=media != JSON)
             received = time.perf_counter()
-            _STAGE_BODY.observe(received - started)
+            STAGE_BODY.observe(received - started)
             span = await asyncio.get_running_loop().run_in_executor(
                 state.appenders,
                 _append,
@@ -211,7 +211,7 @@ async def append(request: Request, state: NodeState, topic: str, partition: str)
                 received,
             )
     except PlateauError as exc:
-        reason = _rejection_reason(exc)
+        reason = rejection_reason(exc)
         if reason is not None:
             REJECTED_APPENDS.labels(reason=reason).inc()
         raise
@@ -228,10 +228,10 @@ def _append(
     handed_off: float,
 ) -> Span:
     started = time.perf_counter()
-    _STAGE_QUEUE.observe(started - handed_off)
+    STAGE_QUEUE.observe(started - handed_off)
     whole = pool.gather(body) if isinstance(body, Pieces) else body
     table, messages = decode_append_messages(media, whole)
-    _STAGE_DECODE.observe(time.perf_counter() - started)
+    STAGE_DECODE.observe(time.perf_counter() - started)
     return engine.append(topic, partition, table, messages)
 
 

@@ -26,20 +26,35 @@ The limit is the bodies' part of the node's memory budget
 (``plateau.storage.catalog.memory``): ``min(server.max_inflight_bytes, budget / 4)``;
 what is held and how many wait is reported there for ``/metrics`` and ``GET /admin/node``.
 
-Used only on the event loop's thread, so it needs no lock.
+Both listeners share it: the event loop's appends wait with ``hold``, the
+ingest listener's threads (``ingest_listener``) with ``hold_blocking``, in one
+line. Lock order: ``_lock`` is a leaf; nothing is called under it but the
+waiters' wake-ups, which only schedule (``call_soon_threadsafe``,
+``Event.set``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-from collections.abc import AsyncIterator
+import contextlib
+import threading
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 
 from plateau.protocol.errors import Busy
 from plateau.storage.catalog.memory import MemoryBudget
 
 RETRY_AFTER_SECONDS = 1.0
+
+
+@dataclass(eq=False)
+class _Waiter:
+    reservation: Reservation
+    size: int
+    wake: Callable[[], None]
+    admitted: bool = False
 
 
 class BodyBudget:
@@ -48,19 +63,17 @@ class BodyBudget:
     ) -> None:
         self.limit = limit
         self.wait_seconds = wait_seconds
+        self._lock = threading.Lock()
         self._used = 0
         self._memory = memory
-        # appends waiting for room, oldest first: (reservation, bytes it waits for, wake-up)
-        self._waiting: collections.deque[tuple[Reservation, int, asyncio.Future[None]]] = (
-            collections.deque()
-        )
+        self._waiting: collections.deque[_Waiter] = collections.deque()  # oldest first
 
     @property
     def used(self) -> int:
         return self._used
 
-    @used.setter
-    def used(self, value: int) -> None:
+    def _set_used(self, value: int) -> None:
+        """Called under ``_lock``."""
         self._used = value
         if self._memory is not None:
             self._memory.bodies = value
@@ -75,51 +88,98 @@ class BodyBudget:
     @asynccontextmanager
     async def hold(self, declared: int = 0) -> AsyncIterator[Reservation]:
         """A reservation of ``declared`` bytes (waited for), growing with the body and
-        returned whole on exit."""
+        returned whole on exit. On the event loop."""
         reservation = Reservation(self)
         try:
             if declared > 0:
                 await self._admit(reservation, declared)
             yield reservation
         finally:
-            self.used -= reservation.bytes
+            self._release(reservation)
+
+    @contextlib.contextmanager
+    def hold_blocking(self, declared: int) -> Iterator[Reservation]:
+        """``hold`` for a thread of its own (the ingest listener's): the wait blocks it."""
+        reservation = Reservation(self)
+        try:
+            if declared > 0:
+                self._admit_blocking(reservation, declared)
+            yield reservation
+        finally:
+            self._release(reservation)
+
+    def _release(self, reservation: Reservation) -> None:
+        with self._lock:
+            self._set_used(self._used - reservation.bytes)
             reservation.bytes = 0
             self._wake()
 
+    def _enqueue(
+        self, reservation: Reservation, size: int, wake: Callable[[], None]
+    ) -> _Waiter | None:
+        """Admit at once (None) if nobody waits and it fits; else a waiter in line, or
+        ``Busy`` when waiting is off."""
+        with self._lock:
+            if not self._waiting and self.fits(size):
+                reservation.take(size)
+                return None
+            if self.wait_seconds <= 0:
+                raise reservation.refusal(size, self._used)
+            waiter = _Waiter(reservation, size, wake)
+            self._waiting.append(waiter)
+            self._report_waiting()
+            return waiter
+
+    def _give_up(self, waiter: _Waiter) -> bool:
+        """Leave the line unless admitted meanwhile; True if it left."""
+        with self._lock:
+            if waiter.admitted:
+                return False
+            self._waiting.remove(waiter)
+            self._wake()  # the next in line may fit now that this one is gone
+            return True
+
     async def _admit(self, reservation: Reservation, size: int) -> None:
-        if not self._waiting and self.fits(size):
-            reservation.take(size)
+        loop = asyncio.get_running_loop()
+        woken: asyncio.Future[None] = loop.create_future()
+
+        def resolve() -> None:
+            if not woken.done():
+                woken.set_result(None)
+
+        def wake() -> None:
+            loop.call_soon_threadsafe(resolve)
+
+        waiter = self._enqueue(reservation, size, wake)
+        if waiter is None:
             return
-        if self.wait_seconds <= 0:
-            raise reservation.refusal(size, self._used)
-        woken: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-        entry = (reservation, size, woken)
-        self._waiting.append(entry)
-        self._report_waiting()
         try:
             await asyncio.wait_for(asyncio.shield(woken), self.wait_seconds)
         except TimeoutError:
-            if not woken.done():  # (done: admitted just as the wait ended; keep it)
-                self._leave(entry)
+            if self._give_up(waiter):  # (not left: admitted just as the wait ended; keep it)
                 raise reservation.refusal(size, self._used) from None
         except asyncio.CancelledError:  # the client went away while it waited
-            if not woken.done():
-                self._leave(entry)
+            self._give_up(waiter)
             raise
 
-    def _leave(self, entry: tuple[Reservation, int, asyncio.Future[None]]) -> None:
-        self._waiting.remove(entry)
-        self._wake()  # the next in line may fit now that this one is gone
+    def _admit_blocking(self, reservation: Reservation, size: int) -> None:
+        woken = threading.Event()
+        waiter = self._enqueue(reservation, size, woken.set)
+        if waiter is None:
+            return
+        if not woken.wait(self.wait_seconds) and self._give_up(waiter):
+            raise reservation.refusal(size, self._used)
 
     def _wake(self) -> None:
-        """Admit waiters from the head of the line while they fit."""
+        """Admit waiters from the head of the line while they fit. Under ``_lock``."""
         while self._waiting:
-            reservation, size, woken = self._waiting[0]
-            if not self.fits(size):
+            waiter = self._waiting[0]
+            if not self.fits(waiter.size):
                 break
             self._waiting.popleft()
-            reservation.take(size)
-            woken.set_result(None)
+            waiter.reservation.take(waiter.size)
+            waiter.admitted = True
+            waiter.wake()
         self._report_waiting()
 
     def _report_waiting(self) -> None:
@@ -133,7 +193,8 @@ class Reservation:
         self.bytes = 0
 
     def take(self, size: int) -> None:
-        self._budget.used += size - self.bytes
+        """Hold ``size`` bytes in all. Under the budget's lock."""
+        self._budget._set_used(self._budget.used + size - self.bytes)
         self.bytes = size
 
     def refusal(self, size: int, others: int) -> Busy:
@@ -149,11 +210,12 @@ class Reservation:
 
     def grow_to(self, size: int) -> None:
         """Hold ``size`` bytes in all; raises ``Busy`` (429) if others hold too much."""
-        extra = size - self.bytes
-        if extra <= 0:
-            return
         budget = self._budget
-        others = budget.used - self.bytes
-        if others > 0 and budget.used + extra > budget.limit:
-            raise self.refusal(size, others)
-        self.take(size)
+        with budget._lock:
+            extra = size - self.bytes
+            if extra <= 0:
+                return
+            others = budget.used - self.bytes
+            if others > 0 and budget.used + extra > budget.limit:
+                raise self.refusal(size, others)
+            self.take(size)

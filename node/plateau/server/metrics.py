@@ -8,6 +8,10 @@ from __future__ import annotations
 
 from prometheus_client import Counter, Gauge
 
+APPEND_CONNECTIONS = Gauge(
+    "plateau_append_connections",
+    "Connections served by a thread each (server.threaded_appends; server/append_front.py)",
+)
 REJECTED_APPENDS = Counter(
     "plateau_rejected_appends_total",
     "Appends refused, by reason (busy, too_large, invalid, disk_full, unauthorized, not_found)",

@@ -8,6 +8,7 @@ per-request overhead low; the access log is off unless the log level is
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import ctypes
 import logging
@@ -24,6 +25,7 @@ import uvicorn
 
 from plateau.protocol.errors import PlateauError
 from plateau.server.app import create_app
+from plateau.server.append_front import AppendFront, adopter
 from plateau.server.config import NodeConfig
 from plateau.server.data_plane import DataPlane
 from plateau.server.state import NodeState
@@ -78,9 +80,35 @@ class NodeServer(uvicorn.Server):
     clean exit when the engine closed cleanly.
     """
 
-    def __init__(self, config: uvicorn.Config, state: NodeState) -> None:
+    def __init__(
+        self, config: uvicorn.Config, state: NodeState, public: socket.socket | None = None
+    ) -> None:
         super().__init__(config)
         self.node_state = state
+        self._public = public  # with threaded appends: the node's port, served by the front
+        self.front: AppendFront | None = None
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)
+        if self._public is None or self.should_exit:
+            return
+        config, loop = self.config, asyncio.get_running_loop()
+
+        def protocol() -> asyncio.Protocol:  # what uvicorn's own server makes for a connection
+            return config.http_protocol_class(  # type: ignore[call-arg]
+                config=config, server_state=self.server_state, app_state=self.lifespan.state
+            )
+
+        self.front = AppendFront(
+            self.node_state, self._public, adopter(loop, protocol), config.timeout_keep_alive
+        )
+        self.front.start(config.backlog)
+
+    async def shutdown(self, sockets: list[socket.socket] | None = None) -> None:
+        # appends under way on the front's threads finish before the engine closes
+        if self.front is not None:
+            await asyncio.to_thread(self.front.close)
+        await super().shutdown(sockets)
 
     def handle_exit(self, sig: int, frame: FrameType | None) -> None:
         self.node_state.ready = False
@@ -157,8 +185,14 @@ def run_node(settings: NodeConfig) -> None:
     log.info(
         "plateau node serving %s on http://%s", settings.storage.data_dir, settings.server.bind
     )
+    public: socket.socket | None = None
+    if settings.server.threaded_appends:
+        # the front owns the node's port; uvicorn gets only what the front hands it, and
+        # listens on a socket nothing else can reach (an abstract Unix socket of this process)
+        public, sock = sock, socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.bind(f"\0plateau-node-{os.getpid()}-{id(sock)}")
     try:
-        NodeServer(config, state).run(sockets=[sock])
+        NodeServer(config, state, public).run(sockets=[sock])
     finally:
         if not state.engine_closed:
             state.engine_closed = True

@@ -1,0 +1,406 @@
+"""Appends on a thread per connection; every other request handed to uvicorn, on one port.
+
+Why: with 4 closed-loop writers of 1.4 MB Arrow bodies the node's rate was
+its HTTP stack's. In one run of bench/ingest_floor.py a bare uvicorn app
+(httptools, uvloop, as the node runs it) that only received each body and
+wrote and fdatasynced it in a thread did 0.76x plateau's Rust server, as
+much as the whole node; a thread per connection on blocking sockets doing the
+same did 1.86x on a third of the CPU. Through the event loop every 64 KiB
+piece of a body is a callback on the loop's thread, and every hop between it
+and the append threads waits for the GIL. Here one thread receives the body
+with ``recv_into`` straight into recycled memory (``body_pool``, the GIL
+released), decodes, appends, waits for the fsync and replies: no hand-off.
+
+How one port serves both: ``AppendFront`` owns the node's listening socket.
+A connection's thread *peeks* at the next request's head (``MSG_PEEK``: the
+bytes stay in the socket). A plain append (POST to the append path, a
+Content-Length, no chunked body, no upgrade) is consumed and served here, with
+the same checks, replies and errors as ``data_plane.append``. Anything else
+(another route, a chunked body, a head that did not arrive in one piece,
+more than ``server.append_connections`` connections) hands the socket,
+unread, to uvicorn's event loop (``loop.connect_accepted_socket`` with
+uvicorn's own protocol), which serves the connection from then on as if it
+had accepted it. So every other request keeps uvicorn's HTTP handling, and
+a connection's requests are answered in order.
+
+Lock order: ``_lock`` (the set of connections served here) is a leaf.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import socket
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from urllib.parse import unquote
+
+import httptools
+import pyarrow as pa
+
+from plateau.protocol import APPEND_PATH, JSON
+from plateau.protocol.errors import PlateauError
+from plateau.protocol.names import check_name
+from plateau.server.auth import bearer_token, check_token
+from plateau.server.body import too_large
+from plateau.server.codecs import append_media_type, decode_append_messages
+from plateau.server.data_plane import STAGE_BODY, STAGE_DECODE, rejection_reason
+from plateau.server.errors import error_headers
+from plateau.server.jsonout import dumps
+from plateau.server.metrics import APPEND_CONNECTIONS, REJECTED_APPENDS
+from plateau.server.state import NodeState
+
+log = logging.getLogger("plateau.server")
+
+MAX_HEAD_BYTES = 64 * 1024
+IO_SECONDS = 30.0
+"""A body that stops arriving for this long: the connection is dropped, nothing stored."""
+_ROUTE = re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", APPEND_PATH) + "$")
+_REASONS = {
+    200: "OK",
+    400: "Bad Request",
+    401: "Unauthorized",
+    404: "Not Found",
+    409: "Conflict",
+    413: "Content Too Large",
+    415: "Unsupported Media Type",
+    422: "Unprocessable Content",
+    429: "Too Many Requests",
+    500: "Internal Server Error",
+    503: "Service Unavailable",
+    507: "Insufficient Storage",
+}
+
+Adopt = Callable[[socket.socket], None]
+"""Hands a socket, its next request unread, to the event loop's HTTP server."""
+
+
+class _Gone(Exception):
+    """The client went away mid-request: the connection is dropped, nothing stored."""
+
+
+@dataclass
+class _Head:
+    url: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    complete: bool = False
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        self.complete = True
+
+
+@dataclass
+class _Append:
+    """A plain append's head, already consumed from the socket."""
+
+    topic: str
+    partition: str
+    headers: dict[str, str]
+    length: int
+    keep_alive: bool
+
+
+class AppendFront:
+    def __init__(
+        self, state: NodeState, sock: socket.socket, adopt: Adopt, idle_seconds: float
+    ) -> None:
+        self._state = state
+        self._sock = sock
+        self._adopt = adopt
+        self._idle_seconds = idle_seconds
+        self._max = state.settings.server.append_connections
+        self._lock = threading.Lock()
+        self._served: dict[socket.socket, threading.Thread] = {}
+        self._closing = False
+        self._acceptor = threading.Thread(target=self._accept, name="append-accept", daemon=True)
+
+    def start(self, backlog: int) -> None:
+        self._sock.setblocking(True)
+        self._sock.listen(backlog)
+        self._acceptor.start()
+
+    def close(self, timeout: float = 30.0) -> None:
+        """Stop accepting; appends under way finish and reply, idle connections close."""
+        self._closing = True
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_RDWR)
+        self._sock.close()
+        self._acceptor.join(timeout)
+        with self._lock:
+            served = list(self._served.items())
+        for conn, _ in served:
+            with contextlib.suppress(OSError):
+                conn.shutdown(socket.SHUT_RD)  # a waiting peek returns; a reply still goes out
+        deadline = time.monotonic() + timeout
+        for _, thread in served:
+            thread.join(max(0.0, deadline - time.monotonic()))
+
+    @property
+    def connections(self) -> int:
+        return len(self._served)
+
+    def _accept(self) -> None:
+        while not self._closing:
+            try:
+                conn, _ = self._sock.accept()
+            except OSError:
+                if self._closing:
+                    return
+                log.exception("accept failed")
+                time.sleep(0.1)  # (EMFILE: give descriptors a chance to be closed)
+                continue
+            conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            thread = threading.Thread(target=self._serve, args=(conn,), daemon=True)
+            with self._lock:
+                full = len(self._served) >= self._max
+                if not full:
+                    self._served[conn] = thread
+                    APPEND_CONNECTIONS.set(len(self._served))
+            if full:
+                self._adopt(conn)
+            else:
+                thread.start()
+
+    def _serve(self, conn: socket.socket) -> None:
+        handed_over = False
+        try:
+            while not self._closing:
+                append = self._next_append(conn)
+                if append is None:
+                    return
+                if not isinstance(append, _Append):  # "other"
+                    handed_over = True
+                    return
+                reply, keep = self._answer(conn, append)
+                conn.sendall(reply)
+                if not keep:
+                    _linger(conn)
+                    return
+        except (_Gone, OSError):
+            return
+        except Exception:  # a bug: logged, this connection dropped, the node goes on
+            log.exception("append connection failed")
+        finally:
+            with self._lock:
+                self._served.pop(conn, None)
+                APPEND_CONNECTIONS.set(len(self._served))
+            if handed_over and not self._closing:
+                self._adopt(conn)
+            else:
+                conn.close()
+
+    def _next_append(self, conn: socket.socket) -> _Append | str | None:
+        """The next request if it is a plain append (its head consumed); "other" if the
+        event loop should serve it (nothing consumed); None if the client closed."""
+        conn.settimeout(self._idle_seconds)
+        try:
+            peeked = conn.recv(MAX_HEAD_BYTES, socket.MSG_PEEK)
+        except TimeoutError:
+            return None  # idle past the keep-alive timeout, as uvicorn closes it
+        if not peeked:
+            return None
+        end = peeked.find(b"\r\n\r\n")
+        if end < 0:
+            return "other"  # a head in several pieces: the event loop waits for the rest
+        head = _Head()
+        parser = httptools.HttpRequestParser(head)
+        try:
+            parser.feed_data(peeked[: end + 4])
+        except httptools.HttpParserError:
+            return "other"  # uvicorn answers a malformed request its own way
+        if not head.complete or parser.get_method() != b"POST":
+            return "other"
+        # percent-decoded, as uvicorn gives the event loop's routes their path
+        match = _ROUTE.match(unquote(httptools.parse_url(head.url).path.decode("latin-1")))
+        headers = head.headers
+        if (
+            match is None
+            or "transfer-encoding" in headers
+            or "upgrade" in headers
+            or "content-length" not in headers
+        ):
+            return "other"
+        try:
+            length = int(headers["content-length"])
+        except ValueError:
+            return "other"
+        if length < 0:
+            return "other"
+        conn.settimeout(IO_SECONDS)
+        _consume(conn, end + 4)
+        return _Append(
+            match["topic"], match["partition"], headers, length, parser.should_keep_alive()
+        )
+
+    def _answer(self, conn: socket.socket, append: _Append) -> tuple[bytes, bool]:
+        """The reply to one append, and whether the connection can take another request."""
+        state = self._state
+        started = time.perf_counter()
+        body_read = False
+        try:
+            check_token(bearer_token(append.headers.get("authorization")), state.write_tokens)
+            topic = check_name("topic", append.topic)
+            partition = check_name("partition", append.partition)
+            media = append_media_type(append.headers.get("content-type"))
+            limit = state.settings.server.max_request_bytes
+            if append.length > limit:
+                raise too_large(limit)
+            with state.bodies.hold_blocking(append.length):
+                if append.headers.get("expect", "").lower() == "100-continue":
+                    _send(conn, b"HTTP/1.1 100 Continue\r\n\r\n")
+                body = _read_body(conn, append.length, state, media != JSON)
+                body_read = True
+                received = time.perf_counter()
+                STAGE_BODY.observe(received - started)
+                table, messages = decode_append_messages(media, body)
+                STAGE_DECODE.observe(time.perf_counter() - received)
+                span = state.engine.append(topic, partition, table, messages)
+            keep = append.keep_alive
+            return _reply(200, {"span": span.to_json()}, keep), keep
+        except PlateauError as exc:
+            reason = rejection_reason(exc)
+            if reason is not None:
+                REJECTED_APPENDS.labels(reason=reason).inc()
+            if exc.status >= 500:
+                log.warning(
+                    "POST /topic/%s/partition/%s -> %d: %s",
+                    append.topic,
+                    append.partition,
+                    exc.status,
+                    exc.message,
+                )
+            keep = append.keep_alive and (body_read or self._skip_body(conn, append))
+            error = {**exc.details(), "message": exc.message, "code": exc.status}
+            return _reply(exc.status, error, keep, error_headers(exc)), keep
+        except _Gone:
+            raise
+        except Exception as exc:  # a bug, or the disk failing: a 500, as on the event loop
+            log.exception("POST /topic/%s/partition/%s failed", append.topic, append.partition)
+            error = {"message": f"internal error: {type(exc).__name__}", "code": 500}
+            return _reply(500, error, False), False
+
+    def _skip_body(self, conn: socket.socket, append: _Append) -> bool:
+        """After a refusal before the body was read: read and drop it, so that the
+        connection can take the next request (as uvicorn does). Not a body past
+        ``max_request_bytes``, nor one the client holds back for a 100 Continue it did not
+        get: those connections close after the reply. True if the body was dropped."""
+        waits = append.headers.get("expect", "").lower() == "100-continue"
+        if waits or append.length > self._state.settings.server.max_request_bytes:
+            return False
+        try:
+            _consume(conn, append.length)
+        except _Gone:
+            return False
+        return True
+
+
+LINGER_SECONDS = 2.0
+LINGER_BYTES = 64 << 20
+
+
+def _linger(conn: socket.socket) -> None:
+    """Close after a reply as HTTP servers do: stop sending, then read what the client still
+    sends for a moment. Closing with unread bytes makes the kernel send a reset, and a
+    reset can drop the reply (a 413 sent before its body) before the client reads it."""
+    with contextlib.suppress(OSError):
+        conn.shutdown(socket.SHUT_WR)
+        conn.settimeout(LINGER_SECONDS)
+        deadline, seen = time.monotonic() + LINGER_SECONDS, 0
+        while time.monotonic() < deadline and seen < LINGER_BYTES:
+            got = conn.recv(1 << 16)
+            if not got:
+                return
+            seen += len(got)
+
+
+def _send(conn: socket.socket, data: bytes) -> None:
+    try:
+        conn.sendall(data)
+    except OSError as exc:  # the client's side, not the node's: told apart from disk errors
+        raise _Gone from exc
+
+
+def _consume(conn: socket.socket, n: int) -> None:
+    """Read and drop ``n`` bytes from the socket (a peeked head, a refused body)."""
+    try:
+        while n:
+            got = conn.recv(min(n, 1 << 16))
+            if not got:
+                raise _Gone
+            n -= len(got)
+    except OSError as exc:
+        raise _Gone from exc
+
+
+def _read_body(conn: socket.socket, size: int, state: NodeState, pooled: bool) -> bytes | pa.Buffer:
+    """Exactly ``size`` bytes; a large Arrow body straight into a body-pool region."""
+    if pooled and size:
+        lease = state.body_pool.lease(size)
+        lease.receive(lambda target: _fill(conn, target))
+        return lease.buffer()
+    buf = bytearray(size)
+    _fill(conn, memoryview(buf))
+    return bytes(buf)
+
+
+def _fill(conn: socket.socket, target: memoryview) -> int:
+    got = 0
+    try:
+        while got < len(target):
+            n = conn.recv_into(target[got:])
+            if not n:
+                raise _Gone
+            got += n
+    except OSError as exc:  # (a timeout too: the body stopped arriving)
+        raise _Gone from exc
+    return got
+
+
+def _reply(
+    status: int, value: object, keep_alive: bool, headers: dict[str, str] | None = None
+) -> bytes:
+    body = dumps(value)
+    lines = [
+        f"HTTP/1.1 {status} {_REASONS.get(status, '')}",
+        f"content-type: {JSON}",
+        f"content-length: {len(body)}",
+        *(f"{k}: {v}" for k, v in (headers or {}).items()),
+    ]
+    if not keep_alive:
+        lines.append("connection: close")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
+
+
+def adopter(loop: asyncio.AbstractEventLoop, protocol: Callable[[], asyncio.Protocol]) -> Adopt:
+    """An ``Adopt`` that gives sockets to ``loop``'s ``protocol`` (uvicorn's HTTP protocol)."""
+    tasks: set[asyncio.Task[object]] = set()
+
+    async def take(sock: socket.socket) -> None:
+        try:
+            await loop.connect_accepted_socket(protocol, sock)
+        except OSError:
+            sock.close()
+
+    def start(sock: socket.socket) -> None:
+        task = loop.create_task(take(sock))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    def adopt(sock: socket.socket) -> None:
+        sock.setblocking(False)
+        try:
+            loop.call_soon_threadsafe(start, sock)
+        except RuntimeError:  # the loop is closed: the node is stopping
+            sock.close()
+
+    return adopt
