@@ -286,20 +286,28 @@ def _writer(
                 return
 
 
+def _start_writers(
+    url: str, writers: int, appends: int
+) -> tuple[dict[str, list[int]], list[str], threading.Event, list[threading.Thread]]:
+    """``writers`` threads, each appending to its own partition ``w<i>``, started."""
+    acked: dict[str, list[int]] = {f"w{i}": [] for i in range(writers)}
+    errors: list[str] = []
+    stop = threading.Event()
+    threads = [
+        threading.Thread(target=_writer, args=(url, p, appends, acked[p], errors, stop))
+        for p in acked
+    ]
+    for t in threads:
+        t.start()
+    return acked, errors, stop, threads
+
+
 def test_stress_many_writers_and_readers_nothing_lost_no_stall(tmp_path: Path) -> None:
     """8 writers x 40 appends with reads between, through one node; every acknowledged row is
     read back, and it all ends within the time limit (a stalled thread fails the join)."""
     proc = NodeProcess(tmp_path / "data", token=TOKEN, env=ON).start()
     try:
-        acked: dict[str, list[int]] = {f"w{i}": [] for i in range(8)}
-        errors: list[str] = []
-        stop = threading.Event()
-        threads = [
-            threading.Thread(target=_writer, args=(proc.url, p, 40, acked[p], errors, stop))
-            for p in acked
-        ]
-        for t in threads:
-            t.start()
+        acked, errors, _, threads = _start_writers(proc.url, 8, 40)
         for t in threads:
             t.join(120)
         assert not any(t.is_alive() for t in threads), "a writer stalled"
@@ -313,15 +321,7 @@ def test_stress_many_writers_and_readers_nothing_lost_no_stall(tmp_path: Path) -
 
 def test_sigterm_under_load_keeps_every_acknowledged_append(tmp_path: Path) -> None:
     proc = NodeProcess(tmp_path / "data", token=TOKEN, env=ON).start()
-    acked: dict[str, list[int]] = {f"w{i}": [] for i in range(4)}
-    errors: list[str] = []
-    stop = threading.Event()
-    threads = [
-        threading.Thread(target=_writer, args=(proc.url, p, 10_000, acked[p], errors, stop))
-        for p in acked
-    ]
-    for t in threads:
-        t.start()
+    acked, _, stop, threads = _start_writers(proc.url, 4, 10_000)
     time.sleep(1.5)
     proc.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
     assert proc.proc.wait(60) == 0  # type: ignore[union-attr]
