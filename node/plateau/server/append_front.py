@@ -30,8 +30,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import http
 import logging
-import re
 import socket
 import threading
 import time
@@ -42,13 +42,13 @@ from urllib.parse import unquote
 import httptools
 import pyarrow as pa
 
-from plateau.protocol import APPEND_PATH, JSON
+from plateau.protocol import JSON
 from plateau.protocol.errors import PlateauError
 from plateau.protocol.names import check_name
 from plateau.server.auth import bearer_token, check_token
 from plateau.server.body import too_large
 from plateau.server.codecs import append_media_type, decode_append_messages
-from plateau.server.data_plane import STAGE_BODY, STAGE_DECODE, rejection_reason
+from plateau.server.data_plane import APPEND_ROUTE, STAGE_BODY, STAGE_DECODE, rejection_reason
 from plateau.server.errors import error_headers
 from plateau.server.jsonout import dumps
 from plateau.server.metrics import APPEND_CONNECTIONS, REJECTED_APPENDS
@@ -59,21 +59,6 @@ log = logging.getLogger("plateau.server")
 MAX_HEAD_BYTES = 64 * 1024
 IO_SECONDS = 30.0
 """A body that stops arriving for this long: the connection is dropped, nothing stored."""
-_ROUTE = re.compile("^" + re.sub(r"\{(\w+)\}", r"(?P<\1>[^/]+)", APPEND_PATH) + "$")
-_REASONS = {
-    200: "OK",
-    400: "Bad Request",
-    401: "Unauthorized",
-    404: "Not Found",
-    409: "Conflict",
-    413: "Content Too Large",
-    415: "Unsupported Media Type",
-    422: "Unprocessable Content",
-    429: "Too Many Requests",
-    500: "Internal Server Error",
-    503: "Service Unavailable",
-    507: "Insufficient Storage",
-}
 
 Adopt = Callable[[socket.socket], None]
 """Hands a socket, its next request unread, to the event loop's HTTP server."""
@@ -108,6 +93,11 @@ class _Append:
     headers: dict[str, str]
     length: int
     keep_alive: bool
+
+    @property
+    def expects_continue(self) -> bool:
+        """The client holds the body back until it gets ``100 Continue``."""
+        return self.headers.get("expect", "").lower() == "100-continue"
 
 
 class AppendFront:
@@ -144,10 +134,6 @@ class AppendFront:
         deadline = time.monotonic() + timeout
         for _, thread in served:
             thread.join(max(0.0, deadline - time.monotonic()))
-
-    @property
-    def connections(self) -> int:
-        return len(self._served)
 
     def _accept(self) -> None:
         while not self._closing:
@@ -221,7 +207,8 @@ class AppendFront:
         if not head.complete or parser.get_method() != b"POST":
             return "other"
         # percent-decoded, as uvicorn gives the event loop's routes their path
-        match = _ROUTE.match(unquote(httptools.parse_url(head.url).path.decode("latin-1")))
+        path = unquote(httptools.parse_url(head.url).path.decode("latin-1"))
+        match = APPEND_ROUTE.pattern.match(path)  # the event loop's own matcher
         headers = head.headers
         if (
             match is None
@@ -256,7 +243,7 @@ class AppendFront:
             if append.length > limit:
                 raise too_large(limit)
             with state.bodies.hold_blocking(append.length):
-                if append.headers.get("expect", "").lower() == "100-continue":
+                if append.expects_continue:
                     _send(conn, b"HTTP/1.1 100 Continue\r\n\r\n")
                 body = _read_body(conn, append.length, state, media != JSON)
                 body_read = True
@@ -294,8 +281,7 @@ class AppendFront:
         connection can take the next request (as uvicorn does). Not a body past
         ``max_request_bytes``, nor one the client holds back for a 100 Continue it did not
         get: those connections close after the reply. True if the body was dropped."""
-        waits = append.headers.get("expect", "").lower() == "100-continue"
-        if waits or append.length > self._state.settings.server.max_request_bytes:
+        if append.expects_continue or append.length > self._state.settings.server.max_request_bytes:
             return False
         try:
             _consume(conn, append.length)
@@ -366,12 +352,19 @@ def _fill(conn: socket.socket, target: memoryview) -> int:
     return got
 
 
+def _phrase(status: int) -> str:
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:  # a status the standard library does not name: the line stays valid
+        return ""
+
+
 def _reply(
     status: int, value: object, keep_alive: bool, headers: dict[str, str] | None = None
 ) -> bytes:
     body = dumps(value)
     lines = [
-        f"HTTP/1.1 {status} {_REASONS.get(status, '')}",
+        f"HTTP/1.1 {status} {_phrase(status)}",
         f"content-type: {JSON}",
         f"content-length: {len(body)}",
         *(f"{k}: {v}" for k, v in (headers or {}).items()),

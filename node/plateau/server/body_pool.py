@@ -105,7 +105,7 @@ class Lease:
         self._filled = end
 
     def receive(self, fill: Callable[[memoryview], int]) -> None:
-        """Let ``fill`` write the whole body into the region (the ingest listener's
+        """Let ``fill`` write the whole body into the region (``append_front``'s
         ``recv_into``, no copy in between); it returns how many bytes it wrote."""
         with memoryview(self.region.map) as view:
             got = fill(view[: self.size])

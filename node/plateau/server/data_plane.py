@@ -291,9 +291,10 @@ READ_PARTITION_PATH = server_route(protocol.READ_PARTITION_PATH)
 APPEND_PATH = server_route(protocol.APPEND_PATH)
 ITERATE_PATH = server_route(protocol.ITERATE_PATH)
 
+APPEND_ROUTE = _route("POST", APPEND_PATH, append)  # also what append_front serves
 ROUTES = (  # in FastAPI's order (routes_data), so the same route wins for the same request
     _route("GET", READ_PARTITION_PATH, read_partition),
-    _route("POST", APPEND_PATH, append),
+    APPEND_ROUTE,
     _route("POST", ITERATE_PATH, iterate_topic),
 )
 

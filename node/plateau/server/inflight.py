@@ -26,8 +26,8 @@ The limit is the bodies' part of the node's memory budget
 (``plateau.storage.catalog.memory``): ``min(server.max_inflight_bytes, budget / 4)``;
 what is held and how many wait is reported there for ``/metrics`` and ``GET /admin/node``.
 
-Both listeners share it: the event loop's appends wait with ``hold``, the
-ingest listener's threads (``ingest_listener``) with ``hold_blocking``, in one
+The event loop's appends wait with ``hold``, the connection threads of
+``append_front`` (``server.threaded_appends``) with ``hold_blocking``, in one
 line. Lock order: ``_lock`` is a leaf; nothing is called under it but the
 waiters' wake-ups, which only schedule (``call_soon_threadsafe``,
 ``Event.set``).
@@ -99,7 +99,7 @@ class BodyBudget:
 
     @contextlib.contextmanager
     def hold_blocking(self, declared: int) -> Iterator[Reservation]:
-        """``hold`` for a thread of its own (the ingest listener's): the wait blocks it."""
+        """``hold`` for a thread of its own (``append_front``'s): the wait blocks it."""
         reservation = Reservation(self)
         try:
             if declared > 0:
