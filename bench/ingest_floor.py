@@ -17,9 +17,10 @@ receive the body, write it with O_DIRECT, fdatasync, reply.
   connection on blocking sockets reads each body with ``recv_into`` straight
   into a page-aligned buffer and writes and fdatasyncs it itself.
 - ``node-arrow``: the node at its defaults, one arrow topic (as in
-  bench/ingest_vs_rs.py, without the read-back): appends through the event loop.
-- ``node-arrow-threaded``: the same node with ``server.threaded_appends: true``,
-  plain appends on a thread per connection (``server/append_front.py``).
+  bench/ingest_vs_rs.py, without the read-back): plain appends on a thread per
+  connection (``server/append_front.py``).
+- ``node-arrow-loop``: the same node with ``server.threaded_appends: false``,
+  every append through the event loop.
 
 The same driver as bench/ingest_vs_rs.py (``run_phase``) runs each for
 ``--duration`` seconds, in interleaved rounds (``rs`` first in each), and each
@@ -108,8 +109,8 @@ def serving(args: argparse.Namespace, system: str, root: Path) -> Iterator[tuple
         data_dir.mkdir()
         budget, capacity = disk_budget(data_dir, 1024 * GiB)
         env = {}
-        if system == "node-arrow-threaded":
-            env["PLATEAU_SERVER__THREADED_APPENDS"] = "true"
+        if system == "node-arrow-loop":
+            env["PLATEAU_SERVER__THREADED_APPENDS"] = "false"
         node = NodeProcess(data_dir, args=["--capacity-bytes", str(capacity)], env=env)
         node.start(timeout=NODE_START_S)
         try:
@@ -162,14 +163,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--clients", "--writers", type=int, default=4, help="writer threads [4]")
     ap.add_argument("--partitions", type=int, default=4, help="partitions p0.. [4]")
     ap.add_argument("--rows-per-batch", type=int, default=10_000)
-    ap.add_argument("--no-node", action="store_true", help="leave out node-arrow")
+    ap.add_argument("--no-node", action="store_true", help="leave out the node")
     ap.add_argument("--data-root", type=Path, default=default_data_root())
     args = ap.parse_args(argv)
     if args.pairs < 1 or args.duration <= 0 or args.clients < 1 or args.partitions < 1:
         ap.error("--pairs, --duration, --clients and --partitions must be positive")
     if not args.against_plateau_rs.is_file():
         ap.error(f"--against-plateau-rs: {args.against_plateau_rs} is not a file")
-    nodes = [] if args.no_node else ["node-arrow", "node-arrow-threaded"]
+    nodes = [] if args.no_node else ["node-arrow", "node-arrow-loop"]
     args.systems = ["rs", *FLOORS, *nodes]
     return args
 

@@ -247,8 +247,21 @@ def test_connections_past_the_limit_are_served_by_the_event_loop(tmp_path: Path)
         proc.stop()
 
 
-def test_off_by_default_every_append_goes_through_the_event_loop(tmp_path: Path) -> None:
+def test_on_by_default(tmp_path: Path) -> None:
     proc = NodeProcess(tmp_path / "data", token=TOKEN).start()
+    try:
+        sock, f = connect(proc)
+        with sock:
+            sock.sendall(append_request("on", "p", ipc_file(table(2))))
+            assert response(f)[0] == 200
+            assert metric(proc, "plateau_append_connections") == 1
+    finally:
+        proc.stop()
+
+
+def test_turned_off_every_append_goes_through_the_event_loop(tmp_path: Path) -> None:
+    env = {"PLATEAU_SERVER__THREADED_APPENDS": "false"}
+    proc = NodeProcess(tmp_path / "data", token=TOKEN, env=env).start()
     try:
         sock, f = connect(proc)
         with sock:
@@ -302,10 +315,13 @@ def _start_writers(
     return acked, errors, stop, threads
 
 
-def test_stress_many_writers_and_readers_nothing_lost_no_stall(tmp_path: Path) -> None:
-    """8 writers x 40 appends with reads between, through one node; every acknowledged row is
-    read back, and it all ends within the time limit (a stalled thread fails the join)."""
-    proc = NodeProcess(tmp_path / "data", token=TOKEN, env=ON).start()
+@pytest.mark.parametrize("slots", [1, 4])
+def test_stress_many_writers_and_readers_nothing_lost_no_stall(tmp_path: Path, slots: int) -> None:
+    """8 writers x 40 appends with reads between, through one node, ``slots`` appends in the
+    engine at once (``server.append_concurrency``); every acknowledged row is read back, and
+    it all ends within the time limit (a stalled thread fails the join)."""
+    env = {**ON, "PLATEAU_SERVER__APPEND_CONCURRENCY": str(slots)}
+    proc = NodeProcess(tmp_path / "data", token=TOKEN, env=env).start()
     try:
         acked, errors, _, threads = _start_writers(proc.url, 8, 40)
         for t in threads:
@@ -315,6 +331,7 @@ def test_stress_many_writers_and_readers_nothing_lost_no_stall(tmp_path: Path) -
         for p, ends in acked.items():
             assert ends == [100 * (i + 1) for i in range(40)]
             assert span(proc, "load", p) == {"start": 0, "end": 4000}
+        assert metric(proc, "plateau_append_gate_waiting") == 0
     finally:
         proc.stop()
 
@@ -344,7 +361,7 @@ def _stage_counts(node: NodeProcess) -> dict[str, float]:
     return {dict(labels)["stage"]: value for labels, value in counts.items()}
 
 
-def test_every_stage_of_a_threaded_append_is_timed_and_none_waits_in_a_queue(
+def test_every_stage_of_a_threaded_append_is_timed(
     node: NodeProcess,
 ) -> None:
     before = _stage_counts(node)
@@ -353,6 +370,15 @@ def test_every_stage_of_a_threaded_append_is_timed_and_none_waits_in_a_queue(
         sock.sendall(append_request("stages", "p", ipc_file(table(2))))
         assert response(f)[0] == 200
     after = _stage_counts(node)
-    for stage in ("body", "decode", "write", "durable"):
+    # queue: the wait for one of server.append_concurrency slots (no hop to another thread)
+    for stage in ("body", "queue", "decode", "write", "durable"):
         assert after.get(stage, 0) >= before.get(stage, 0) + 1, stage
-    assert after.get("queue", 0) == before.get("queue", 0)  # no hop to another thread
+
+
+@pytest.mark.parametrize("value", ["0", "many"])
+def test_append_concurrency_must_be_a_positive_count(tmp_path: Path, value: str) -> None:
+    env = {**ON, "PLATEAU_SERVER__APPEND_CONCURRENCY": value}
+    proc = NodeProcess(tmp_path / "data", env=env)
+    with pytest.raises(RuntimeError, match="append_concurrency"):
+        proc.start(timeout=10)
+    assert proc.proc is not None and proc.proc.returncode == 2

@@ -45,10 +45,17 @@ import pyarrow as pa
 from plateau.protocol import JSON
 from plateau.protocol.errors import PlateauError
 from plateau.protocol.names import check_name
+from plateau.server.append_gate import AppendGate
 from plateau.server.auth import bearer_token, check_token
 from plateau.server.body import too_large
 from plateau.server.codecs import append_media_type, decode_append_messages
-from plateau.server.data_plane import APPEND_ROUTE, STAGE_BODY, STAGE_DECODE, rejection_reason
+from plateau.server.data_plane import (
+    APPEND_ROUTE,
+    STAGE_BODY,
+    STAGE_DECODE,
+    STAGE_QUEUE,
+    rejection_reason,
+)
 from plateau.server.errors import error_headers
 from plateau.server.jsonout import dumps
 from plateau.server.metrics import APPEND_CONNECTIONS, REJECTED_APPENDS
@@ -109,6 +116,7 @@ class AppendFront:
         self._adopt = adopt
         self._idle_seconds = idle_seconds
         self._max = state.settings.server.append_connections
+        self._gate = AppendGate(state.settings.server.append_concurrency)
         self._lock = threading.Lock()
         self._served: dict[socket.socket, threading.Thread] = {}
         self._closing = False
@@ -249,9 +257,12 @@ class AppendFront:
                 body_read = True
                 received = time.perf_counter()
                 STAGE_BODY.observe(received - started)
-                table, messages = decode_append_messages(media, body)
-                STAGE_DECODE.observe(time.perf_counter() - received)
-                span = state.engine.append(topic, partition, table, messages)
+                with self._gate.slot():
+                    decoding = time.perf_counter()
+                    STAGE_QUEUE.observe(decoding - received)
+                    table, messages = decode_append_messages(media, body)
+                    STAGE_DECODE.observe(time.perf_counter() - decoding)
+                    span = state.engine.append(topic, partition, table, messages)
             keep = append.keep_alive
             return _reply(200, {"span": span.to_json()}, keep), keep
         except PlateauError as exc:

@@ -12,6 +12,10 @@ APPEND_CONNECTIONS = Gauge(
     "plateau_append_connections",
     "Connections served by a thread each (server.threaded_appends; server/append_front.py)",
 )
+APPEND_GATE_WAITING = Gauge(
+    "plateau_append_gate_waiting",
+    "Received appends waiting for one of server.append_concurrency slots (server/append_gate.py)",
+)
 REJECTED_APPENDS = Counter(
     "plateau_rejected_appends_total",
     "Appends refused, by reason (busy, too_large, invalid, disk_full, unauthorized, not_found)",

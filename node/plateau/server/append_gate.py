@@ -1,0 +1,73 @@
+"""How many appends the connection threads decode and write at once; the rest wait in line.
+
+Why: with ``server.threaded_appends`` every connection has its own thread, and
+with 48 writers (tests/integration/test_memory_limit.py's shape) 48 threads
+were inside decode and ``Engine.append`` together, each taking the GIL back
+after every write, fsync and lock. Which thread gets the GIL next is up to the
+OS, so some appends waited far longer than others: the write stage averaged
+99 ms and the node-side time of an append had a p50 of 17 ms but a p99 of 546
+ms, and the clients' p99 was 713 ms against 287 ms through the event loop
+(which receives bodies one at a time, so few appends are ever in the engine
+together). Four appends at once keep the disk as busy as four writers do
+(the 4-writer benchmark's rate), and the others wait here, in arrival order,
+on a lock of their own, off the GIL's contention.
+
+Only the work after the body has arrived is gated: a client that sends its
+body slowly holds no slot, so slow clients cannot lock out fast ones. A slot
+is handed straight to the longest waiter when it is freed, so a newcomer
+never overtakes the line.
+
+Lock order: ``_lock`` is a leaf; under it a waiter's own lock is only
+released, which never blocks.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from plateau.server.metrics import APPEND_GATE_WAITING
+
+
+class AppendGate:
+    def __init__(self, slots: int) -> None:
+        if slots < 1:
+            raise ValueError(f"an append gate needs at least one slot, not {slots}")
+        self._lock = threading.Lock()
+        self._free = slots
+        self._line: collections.deque[threading.Lock] = collections.deque()
+
+    @contextmanager
+    def slot(self) -> Iterator[None]:
+        """Hold one slot for the block, waiting in arrival order for it."""
+        self._acquire()
+        try:
+            yield
+        finally:
+            self._release()
+
+    def _acquire(self) -> None:
+        with self._lock:
+            if self._free > 0 and not self._line:
+                self._free -= 1
+                return
+            turn = threading.Lock()
+            turn.acquire()
+            self._line.append(turn)
+            APPEND_GATE_WAITING.set(len(self._line))
+        turn.acquire()  # released by the holder that hands this waiter its slot
+
+    def _release(self) -> None:
+        with self._lock:
+            if self._line:
+                self._line.popleft().release()  # the slot goes on to the longest waiter
+                APPEND_GATE_WAITING.set(len(self._line))
+            else:
+                self._free += 1
+
+    @property
+    def waiting(self) -> int:
+        with self._lock:
+            return len(self._line)

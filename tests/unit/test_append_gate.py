@@ -1,0 +1,107 @@
+"""The append gate: at most N appends at once, the rest served in arrival order, no stall."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from plateau.server.append_gate import AppendGate
+
+
+def _wait_until(check: object, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not check():  # type: ignore[operator]
+        assert time.monotonic() < deadline, "timed out"
+        time.sleep(0.001)
+
+
+def test_waiters_get_their_slot_in_arrival_order() -> None:
+    gate = AppendGate(1)
+    order: list[int] = []
+    threads: list[threading.Thread] = []
+
+    def append(i: int) -> None:
+        with gate.slot():
+            order.append(i)
+
+    with gate.slot():  # the one slot is taken: everyone after this waits in line
+        for i in range(6):
+            t = threading.Thread(target=append, args=(i,))
+            t.start()
+            threads.append(t)
+            _wait_until(lambda i=i: gate.waiting == i + 1)  # i is in line before i+1 comes
+    for t in threads:
+        t.join(10)
+    assert order == list(range(6))
+
+
+def test_a_newcomer_does_not_overtake_the_line() -> None:
+    """A freed slot goes to the longest waiter, even when a new thread asks at that moment."""
+    gate = AppendGate(1)
+    got: list[str] = []
+
+    def waiter() -> None:
+        with gate.slot():
+            got.append("waiter")
+
+    with gate.slot():
+        t = threading.Thread(target=waiter)
+        t.start()
+        _wait_until(lambda: gate.waiting == 1)
+    with gate.slot():  # asks right after the release: the waiter had the slot first
+        got.append("newcomer")
+    t.join(10)
+    assert got[0] == "waiter"
+
+
+def test_never_more_than_the_slots_at_once_and_no_stall() -> None:
+    """32 threads x 200 passes through 3 slots; fails if more than 3 are ever inside, or if
+    any thread is still waiting when the others are long done (a lost wake-up)."""
+    gate = AppendGate(3)
+    inside = 0
+    peak = 0
+    lock = threading.Lock()
+    passes = [0] * 32
+
+    def worker(w: int) -> None:
+        nonlocal inside, peak
+        for _ in range(200):
+            with gate.slot():
+                with lock:
+                    inside += 1
+                    peak = max(peak, inside)
+                time.sleep(0)  # let others run while this one holds its slot
+                with lock:
+                    inside -= 1
+            passes[w] += 1
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), "a thread stalled in the gate"
+    assert passes == [200] * 32
+    assert peak <= 3
+    assert gate.waiting == 0
+
+
+def test_a_slot_is_freed_when_the_append_fails() -> None:
+    gate = AppendGate(1)
+    with pytest.raises(RuntimeError), gate.slot():
+        raise RuntimeError("the disk failed")
+    done = threading.Event()
+
+    def after() -> None:
+        with gate.slot():
+            done.set()
+
+    threading.Thread(target=after).start()
+    assert done.wait(10)
+
+
+def test_a_gate_has_at_least_one_slot() -> None:
+    with pytest.raises(ValueError, match="at least one slot"):
+        AppendGate(0)
