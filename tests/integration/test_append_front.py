@@ -10,7 +10,6 @@ received is stored.
 
 from __future__ import annotations
 
-import http.client
 import json
 import signal
 import socket
@@ -25,8 +24,10 @@ import pyarrow as pa
 import pytest
 
 from plateau.protocol import ARROW_FILE, ARROW_STREAM, MAX_REQUEST_SIZE_HEADER
+from testkit import rawhttp
 from testkit.arrowhttp import ipc_file, ipc_stream
 from testkit.nodeproc import NodeProcess, metric_values
+from testkit.rawhttp import head, response
 
 TOKEN = "front-token"
 ON = {"PLATEAU_SERVER__THREADED_APPENDS": "true"}
@@ -39,29 +40,11 @@ def table(n: int, start: int = 0) -> pa.Table:
     )
 
 
-def head(method: str, path: str, headers: dict[str, str], body: bytes = b"") -> bytes:
-    lines = [f"{method} {path} HTTP/1.1", "Host: node", *(f"{k}: {v}" for k, v in headers.items())]
-    if body and "Transfer-Encoding" not in headers:
-        lines.append(f"Content-Length: {len(body)}")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode()
-
-
 def append_request(
     topic: str, partition: str, body: bytes, extra: dict[str, str] | None = None
 ) -> bytes:
     headers = {**AUTH, "Content-Type": ARROW_FILE, **(extra or {})}
     return head("POST", f"/topic/{topic}/partition/{partition}", headers, body) + body
-
-
-def response(f: IO[bytes]) -> tuple[int, dict[str, str], bytes]:
-    """One response from a connection's buffered reader (several may follow on it)."""
-    status_line = f.readline()
-    if not status_line:
-        raise ConnectionError("connection closed before a response")
-    status = int(status_line.split()[1])
-    headers = {k.lower(): v for k, v in http.client.parse_headers(f).items()}
-    body = f.read(int(headers.get("content-length", "0")))
-    return status, headers, body
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +59,7 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
 
 
 def connect(node: NodeProcess) -> tuple[socket.socket, IO[bytes]]:
-    sock = socket.create_connection(("127.0.0.1", node.port), timeout=30)
-    return sock, sock.makefile("rb")
+    return rawhttp.connect(node.port)
 
 
 def span(node: NodeProcess, topic: str, partition: str) -> dict[str, int] | None:

@@ -28,67 +28,78 @@ Lock order: ``_lock`` (the set of connections served here) is a leaf.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import http
 import logging
 import socket
 import threading
 import time
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from urllib.parse import unquote
 
 import httptools
 import pyarrow as pa
+from starlette.requests import Request
 
 from plateau.protocol import JSON
 from plateau.protocol.errors import PlateauError
 from plateau.protocol.names import check_name
-from plateau.server.append_gate import AppendGate
 from plateau.server.auth import bearer_token, check_token
 from plateau.server.body import too_large
 from plateau.server.codecs import append_media_type, decode_append_messages
 from plateau.server.data_plane import (
     APPEND_ROUTE,
+    READ_PARTITION_ROUTE,
     STAGE_BODY,
     STAGE_DECODE,
     STAGE_QUEUE,
+    read_partition_now,
     rejection_reason,
 )
-from plateau.server.errors import error_headers
-from plateau.server.jsonout import dumps
-from plateau.server.metrics import APPEND_CONNECTIONS, REJECTED_APPENDS
+from plateau.server.errors import (
+    error_headers,
+    plateau_error_response,
+    unexpected_error_response,
+)
+from plateau.server.fifo_gate import FifoGate
+from plateau.server.front_wire import (
+    Adopt,
+    Gone,
+    Head,
+    consume,
+    fill,
+    json_reply,
+    linger,
+    reply_head,
+    send,
+)
+from plateau.server.metrics import (
+    APPEND_CONNECTIONS,
+    APPEND_GATE_WAITING,
+    FRONT_READS,
+    REJECTED_APPENDS,
+)
 from plateau.server.state import NodeState
 
 log = logging.getLogger("plateau.server")
 
 MAX_HEAD_BYTES = 64 * 1024
+READ_SLOTS = 40
+"""Partition reads at once on connection threads: anyio's default thread limit, which
+bounded them through the event loop (each builds a page outside the memory budget)."""
 IO_SECONDS = 30.0
 """A body that stops arriving for this long: the connection is dropped, nothing stored."""
 
-Adopt = Callable[[socket.socket], None]
-"""Hands a socket, its next request unread, to the event loop's HTTP server."""
-
-
-class _Gone(Exception):
-    """The client went away mid-request: the connection is dropped, nothing stored."""
-
 
 @dataclass
-class _Head:
-    url: bytes = b""
-    headers: dict[str, str] = field(default_factory=dict)
-    complete: bool = False
+class _Read:
+    """A partition read's head, already consumed from the socket (a GET has no body)."""
 
-    def on_url(self, url: bytes) -> None:
-        self.url += url
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
-
-    def on_headers_complete(self) -> None:
-        self.complete = True
+    topic: str
+    partition: str
+    path: str
+    query: bytes
+    headers: dict[str, str]
+    keep_alive: bool
 
 
 @dataclass
@@ -116,7 +127,8 @@ class AppendFront:
         self._adopt = adopt
         self._idle_seconds = idle_seconds
         self._max = state.settings.server.append_connections
-        self._gate = AppendGate(state.settings.server.append_concurrency)
+        self._gate = FifoGate(state.settings.server.append_concurrency, APPEND_GATE_WAITING)
+        self._read_gate = FifoGate(READ_SLOTS)
         self._lock = threading.Lock()
         self._served: dict[socket.socket, threading.Thread] = {}
         self._closing = False
@@ -172,15 +184,19 @@ class AppendFront:
                 append = self._next_append(conn)
                 if append is None:
                     return
+                if isinstance(append, _Read):
+                    if not self._answer_read(conn, append):
+                        return
+                    continue
                 if not isinstance(append, _Append):  # "other"
                     handed_over = True
                     return
                 reply, keep = self._answer(conn, append)
                 conn.sendall(reply)
                 if not keep:
-                    _linger(conn)
+                    linger(conn)
                     return
-        except (_Gone, OSError):
+        except (Gone, OSError):
             return
         except Exception:  # a bug: logged, this connection dropped, the node goes on
             log.exception("append connection failed")
@@ -193,7 +209,7 @@ class AppendFront:
             else:
                 conn.close()
 
-    def _next_append(self, conn: socket.socket) -> _Append | str | None:
+    def _next_append(self, conn: socket.socket) -> _Append | _Read | str | None:
         """The next request if it is a plain append (its head consumed); "other" if the
         event loop should serve it (nothing consumed); None if the client closed."""
         conn.settimeout(self._idle_seconds)
@@ -206,18 +222,39 @@ class AppendFront:
         end = peeked.find(b"\r\n\r\n")
         if end < 0:
             return "other"  # a head in several pieces: the event loop waits for the rest
-        head = _Head()
-        parser = httptools.HttpRequestParser(head)
+        head = Head()
+        parser = head.parser = httptools.HttpRequestParser(head)
         try:
             parser.feed_data(peeked[: end + 4])
         except httptools.HttpParserError:
             return "other"  # uvicorn answers a malformed request its own way
-        if not head.complete or parser.get_method() != b"POST":
+        if not head.complete:
             return "other"
         # percent-decoded, as uvicorn gives the event loop's routes their path
-        path = unquote(httptools.parse_url(head.url).path.decode("latin-1"))
-        match = APPEND_ROUTE.pattern.match(path)  # the event loop's own matcher
+        url = httptools.parse_url(head.url)
+        path = unquote(url.path.decode("latin-1"))
         headers = head.headers
+        if parser.get_method() == b"GET":
+            read = READ_PARTITION_ROUTE.pattern.match(path)
+            if (
+                read is None
+                or "transfer-encoding" in headers
+                or "upgrade" in headers
+                or headers.get("content-length", "0") != "0"
+            ):
+                return "other"
+            consume(conn, end + 4)
+            return _Read(
+                read["topic"],
+                read["partition"],
+                path,
+                url.query or b"",
+                headers,
+                head.keep_alive,
+            )
+        if parser.get_method() != b"POST":
+            return "other"
+        match = APPEND_ROUTE.pattern.match(path)  # the event loop's own matcher
         if (
             match is None
             or "transfer-encoding" in headers
@@ -232,10 +269,8 @@ class AppendFront:
         if length < 0:
             return "other"
         conn.settimeout(IO_SECONDS)
-        _consume(conn, end + 4)
-        return _Append(
-            match["topic"], match["partition"], headers, length, parser.should_keep_alive()
-        )
+        consume(conn, end + 4)
+        return _Append(match["topic"], match["partition"], headers, length, head.keep_alive)
 
     def _answer(self, conn: socket.socket, append: _Append) -> tuple[bytes, bool]:
         """The reply to one append, and whether the connection can take another request."""
@@ -252,7 +287,7 @@ class AppendFront:
                 raise too_large(limit)
             with state.bodies.hold_blocking(append.length):
                 if append.expects_continue:
-                    _send(conn, b"HTTP/1.1 100 Continue\r\n\r\n")
+                    send(conn, b"HTTP/1.1 100 Continue\r\n\r\n")
                 body = _read_body(conn, append.length, state, media != JSON)
                 body_read = True
                 received = time.perf_counter()
@@ -264,7 +299,7 @@ class AppendFront:
                     STAGE_DECODE.observe(time.perf_counter() - decoding)
                     span = state.engine.append(topic, partition, table, messages)
             keep = append.keep_alive
-            return _reply(200, {"span": span.to_json()}, keep), keep
+            return json_reply(200, {"span": span.to_json()}, keep), keep
         except PlateauError as exc:
             reason = rejection_reason(exc)
             if reason is not None:
@@ -279,13 +314,40 @@ class AppendFront:
                 )
             keep = append.keep_alive and (body_read or self._skip_body(conn, append))
             error = {**exc.details(), "message": exc.message, "code": exc.status}
-            return _reply(exc.status, error, keep, error_headers(exc)), keep
-        except _Gone:
+            return json_reply(exc.status, error, keep, error_headers(exc)), keep
+        except Gone:
             raise
         except Exception as exc:  # a bug, or the disk failing: a 500, as on the event loop
             log.exception("POST /topic/%s/partition/%s failed", append.topic, append.partition)
             error = {"message": f"internal error: {type(exc).__name__}", "code": 500}
-            return _reply(500, error, False), False
+            return json_reply(500, error, False), False
+
+    def _answer_read(self, conn: socket.socket, read: _Read) -> bool:
+        """Serve a partition read on this thread; True if the connection goes on."""
+        scope = {
+            "type": "http",
+            "method": "GET",
+            "path": read.path,
+            "query_string": read.query,
+            "headers": [
+                (k.encode("latin-1"), v.encode("latin-1")) for k, v in read.headers.items()
+            ],
+            "root_path": "",
+        }
+        request = Request(scope)
+        FRONT_READS.inc()
+        try:
+            with self._read_gate.slot():
+                response = read_partition_now(request, self._state, read.topic, read.partition)
+        except PlateauError as exc:
+            response = plateau_error_response(exc, request)
+        except Exception as exc:  # a bug, or the disk failing: a 500, as on the event loop
+            response = unexpected_error_response(exc, request)
+        send(conn, reply_head(response.status_code, response.raw_headers, read.keep_alive))
+        send(conn, response.body)
+        if not read.keep_alive:
+            linger(conn)
+        return read.keep_alive
 
     def _skip_body(self, conn: socket.socket, append: _Append) -> bool:
         """After a refusal before the body was read: read and drop it, so that the
@@ -295,116 +357,18 @@ class AppendFront:
         if append.expects_continue or append.length > self._state.settings.server.max_request_bytes:
             return False
         try:
-            _consume(conn, append.length)
-        except _Gone:
+            consume(conn, append.length)
+        except Gone:
             return False
         return True
-
-
-LINGER_SECONDS = 2.0
-LINGER_BYTES = 64 << 20
-
-
-def _linger(conn: socket.socket) -> None:
-    """Close after a reply as HTTP servers do: stop sending, then read what the client still
-    sends for a moment. Closing with unread bytes makes the kernel send a reset, and a
-    reset can drop the reply (a 413 sent before its body) before the client reads it."""
-    with contextlib.suppress(OSError):
-        conn.shutdown(socket.SHUT_WR)
-        conn.settimeout(LINGER_SECONDS)
-        deadline, seen = time.monotonic() + LINGER_SECONDS, 0
-        while time.monotonic() < deadline and seen < LINGER_BYTES:
-            got = conn.recv(1 << 16)
-            if not got:
-                return
-            seen += len(got)
-
-
-def _send(conn: socket.socket, data: bytes) -> None:
-    try:
-        conn.sendall(data)
-    except OSError as exc:  # the client's side, not the node's: told apart from disk errors
-        raise _Gone from exc
-
-
-def _consume(conn: socket.socket, n: int) -> None:
-    """Read and drop ``n`` bytes from the socket (a peeked head, a refused body)."""
-    try:
-        while n:
-            got = conn.recv(min(n, 1 << 16))
-            if not got:
-                raise _Gone
-            n -= len(got)
-    except OSError as exc:
-        raise _Gone from exc
 
 
 def _read_body(conn: socket.socket, size: int, state: NodeState, pooled: bool) -> bytes | pa.Buffer:
     """Exactly ``size`` bytes; a large Arrow body straight into a body-pool region."""
     if pooled and size:
         lease = state.body_pool.lease(size)
-        lease.receive(lambda target: _fill(conn, target))
+        lease.receive(lambda target: fill(conn, target))
         return lease.buffer()
     buf = bytearray(size)
-    _fill(conn, memoryview(buf))
+    fill(conn, memoryview(buf))
     return bytes(buf)
-
-
-def _fill(conn: socket.socket, target: memoryview) -> int:
-    got = 0
-    try:
-        while got < len(target):
-            n = conn.recv_into(target[got:])
-            if not n:
-                raise _Gone
-            got += n
-    except OSError as exc:  # (a timeout too: the body stopped arriving)
-        raise _Gone from exc
-    return got
-
-
-def _phrase(status: int) -> str:
-    try:
-        return http.HTTPStatus(status).phrase
-    except ValueError:  # a status the standard library does not name: the line stays valid
-        return ""
-
-
-def _reply(
-    status: int, value: object, keep_alive: bool, headers: dict[str, str] | None = None
-) -> bytes:
-    body = dumps(value)
-    lines = [
-        f"HTTP/1.1 {status} {_phrase(status)}",
-        f"content-type: {JSON}",
-        f"content-length: {len(body)}",
-        *(f"{k}: {v}" for k, v in (headers or {}).items()),
-    ]
-    if not keep_alive:
-        lines.append("connection: close")
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1") + body
-
-
-def adopter(loop: asyncio.AbstractEventLoop, protocol: Callable[[], asyncio.Protocol]) -> Adopt:
-    """An ``Adopt`` that gives sockets to ``loop``'s ``protocol`` (uvicorn's HTTP protocol)."""
-    tasks: set[asyncio.Task[object]] = set()
-
-    async def take(sock: socket.socket) -> None:
-        try:
-            await loop.connect_accepted_socket(protocol, sock)
-        except OSError:
-            sock.close()
-
-    def start(sock: socket.socket) -> None:
-        task = loop.create_task(take(sock))
-        tasks.add(task)
-        task.add_done_callback(tasks.discard)
-
-    def adopt(sock: socket.socket) -> None:
-        sock.setblocking(False)
-        try:
-            loop.call_soon_threadsafe(start, sock)
-        except RuntimeError:  # the loop is closed: the node is stopping
-            sock.close()
-
-    return adopt

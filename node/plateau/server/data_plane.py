@@ -127,6 +127,12 @@ def _check_token(request: Request, accepted: list[bytes]) -> None:
 async def read_partition(
     request: Request, state: NodeState, topic: str, partition: str
 ) -> Response:
+    return await run_in_threadpool(read_partition_now, request, state, topic, partition)
+
+
+def read_partition_now(request: Request, state: NodeState, topic: str, partition: str) -> Response:
+    """The whole read, on the calling thread: the event loop's route hands it to a thread,
+    ``append_front`` calls it on the connection's own (the same checks and reply either way)."""
     _check_token(request, state.read_tokens)
     check_name("topic", topic)
     check_name("partition", partition)
@@ -134,8 +140,7 @@ async def read_partition(
     limit = _page_size(request)
     times = _times(request)
     focus = data_focus(request.query_params)
-    return await run_in_threadpool(
-        _read_partition,
+    return _read_partition(
         state.engine,
         topic,
         partition,
@@ -292,8 +297,9 @@ APPEND_PATH = server_route(protocol.APPEND_PATH)
 ITERATE_PATH = server_route(protocol.ITERATE_PATH)
 
 APPEND_ROUTE = _route("POST", APPEND_PATH, append)  # also what append_front serves
+READ_PARTITION_ROUTE = _route("GET", READ_PARTITION_PATH, read_partition)  # likewise
 ROUTES = (  # in FastAPI's order (routes_data), so the same route wins for the same request
-    _route("GET", READ_PARTITION_PATH, read_partition),
+    READ_PARTITION_ROUTE,
     APPEND_ROUTE,
     _route("POST", ITERATE_PATH, iterate_topic),
 )

@@ -12,9 +12,13 @@ APPEND_CONNECTIONS = Gauge(
     "plateau_append_connections",
     "Connections served by a thread each (server.threaded_appends; server/append_front.py)",
 )
+FRONT_READS = Counter(
+    "plateau_front_reads",
+    "Partition reads served on a connection's own thread (server.threaded_appends)",
+)
 APPEND_GATE_WAITING = Gauge(
     "plateau_append_gate_waiting",
-    "Received appends waiting for one of server.append_concurrency slots (server/append_gate.py)",
+    "Received appends waiting for one of server.append_concurrency slots (server/fifo_gate.py)",
 )
 REJECTED_APPENDS = Counter(
     "plateau_rejected_appends_total",

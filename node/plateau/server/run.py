@@ -25,9 +25,10 @@ import uvicorn
 
 from plateau.protocol.errors import PlateauError
 from plateau.server.app import create_app
-from plateau.server.append_front import AppendFront, adopter
+from plateau.server.append_front import AppendFront
 from plateau.server.config import NodeConfig
 from plateau.server.data_plane import DataPlane
+from plateau.server.front_wire import adopter
 from plateau.server.state import NodeState
 from plateau.storage.engine import Engine
 

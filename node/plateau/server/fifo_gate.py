@@ -1,4 +1,7 @@
-"""How many appends the connection threads decode and write at once; the rest wait in line.
+"""At most N holders at once, the rest served in arrival order: the connection threads' bound.
+
+Used by ``append_front`` for appends (``server.append_concurrency``) and for
+partition reads (as many at once as the event loop's thread pool allows).
 
 Why: with ``server.threaded_appends`` every connection has its own thread, and
 with 48 writers (tests/integration/test_memory_limit.py's shape) 48 threads
@@ -17,6 +20,10 @@ body slowly holds no slot, so slow clients cannot lock out fast ones. A slot
 is handed straight to the longest waiter when it is freed, so a newcomer
 never overtakes the line.
 
+Reads are bounded for memory, not fairness: each builds a page of up to
+``server.max_page_bytes`` outside the memory budget, and through the event
+loop at most anyio's 40 threads did so at once; the same bound holds here.
+
 Lock order: ``_lock`` is a leaf; under it a waiter's own lock is only
 released, which never blocks.
 """
@@ -28,13 +35,14 @@ import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from plateau.server.metrics import APPEND_GATE_WAITING
+from prometheus_client import Gauge
 
 
-class AppendGate:
-    def __init__(self, slots: int) -> None:
+class FifoGate:
+    def __init__(self, slots: int, waiting: Gauge | None = None) -> None:
         if slots < 1:
-            raise ValueError(f"an append gate needs at least one slot, not {slots}")
+            raise ValueError(f"a gate needs at least one slot, not {slots}")
+        self._waiting = waiting
         self._lock = threading.Lock()
         self._free = slots
         self._line: collections.deque[threading.Lock] = collections.deque()
@@ -56,16 +64,20 @@ class AppendGate:
             turn = threading.Lock()
             turn.acquire()
             self._line.append(turn)
-            APPEND_GATE_WAITING.set(len(self._line))
+            self._publish()
         turn.acquire()  # released by the holder that hands this waiter its slot
 
     def _release(self) -> None:
         with self._lock:
             if self._line:
                 self._line.popleft().release()  # the slot goes on to the longest waiter
-                APPEND_GATE_WAITING.set(len(self._line))
+                self._publish()
             else:
                 self._free += 1
+
+    def _publish(self) -> None:
+        if self._waiting is not None:
+            self._waiting.set(len(self._line))
 
     @property
     def waiting(self) -> int:

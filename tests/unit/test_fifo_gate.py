@@ -1,4 +1,4 @@
-"""The append gate: at most N appends at once, the rest served in arrival order, no stall."""
+"""The connection threads' gate: at most N holders at once, the rest in arrival order, no stall."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import time
 
 import pytest
 
-from plateau.server.append_gate import AppendGate
+from plateau.server.fifo_gate import FifoGate
 
 
 def _wait_until(check: object, timeout: float = 10.0) -> None:
@@ -18,7 +18,7 @@ def _wait_until(check: object, timeout: float = 10.0) -> None:
 
 
 def test_waiters_get_their_slot_in_arrival_order() -> None:
-    gate = AppendGate(1)
+    gate = FifoGate(1)
     order: list[int] = []
     threads: list[threading.Thread] = []
 
@@ -39,7 +39,7 @@ def test_waiters_get_their_slot_in_arrival_order() -> None:
 
 def test_a_newcomer_does_not_overtake_the_line() -> None:
     """A freed slot goes to the longest waiter, even when a new thread asks at that moment."""
-    gate = AppendGate(1)
+    gate = FifoGate(1)
     got: list[str] = []
 
     def waiter() -> None:
@@ -59,7 +59,7 @@ def test_a_newcomer_does_not_overtake_the_line() -> None:
 def test_never_more_than_the_slots_at_once_and_no_stall() -> None:
     """32 threads x 200 passes through 3 slots; fails if more than 3 are ever inside, or if
     any thread is still waiting when the others are long done (a lost wake-up)."""
-    gate = AppendGate(3)
+    gate = FifoGate(3)
     inside = 0
     peak = 0
     lock = threading.Lock()
@@ -89,7 +89,7 @@ def test_never_more_than_the_slots_at_once_and_no_stall() -> None:
 
 
 def test_a_slot_is_freed_when_the_append_fails() -> None:
-    gate = AppendGate(1)
+    gate = FifoGate(1)
     with pytest.raises(RuntimeError), gate.slot():
         raise RuntimeError("the disk failed")
     done = threading.Event()
@@ -104,4 +104,4 @@ def test_a_slot_is_freed_when_the_append_fails() -> None:
 
 def test_a_gate_has_at_least_one_slot() -> None:
     with pytest.raises(ValueError, match="at least one slot"):
-        AppendGate(0)
+        FifoGate(0)

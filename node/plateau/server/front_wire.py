@@ -1,0 +1,167 @@
+"""HTTP/1.1 on a blocking socket, for the connection threads of ``append_front``.
+
+Why a module of its own: what a thread needs to speak HTTP on a socket it
+owns (peek at a head, receive exactly N bytes, reply, close politely, hand the
+socket to uvicorn) is plumbing, apart from what is served on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import email.utils
+import http
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import httptools
+
+from plateau.protocol import JSON
+from plateau.server.jsonout import dumps
+
+Adopt = Callable[[socket.socket], None]
+"""Hands a socket, its next request unread, to the event loop's HTTP server."""
+
+
+class Gone(Exception):
+    """The client went away mid-request: the connection is dropped, nothing stored."""
+
+
+@dataclass
+class Head:
+    url: bytes = b""
+    headers: dict[str, str] = field(default_factory=dict)
+    complete: bool = False
+    keep_alive: bool = False
+    parser: httptools.HttpRequestParser | None = None
+
+    def on_url(self, url: bytes) -> None:
+        self.url += url
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self.headers[name.decode("latin-1").lower()] = value.decode("latin-1")
+
+    def on_headers_complete(self) -> None:
+        self.complete = True
+        # asked here: once a bodiless request is complete the parser has moved on to the
+        # next one, and says keep-alive whatever this one said
+        assert self.parser is not None
+        self.keep_alive = self.parser.should_keep_alive()
+
+
+LINGER_SECONDS = 2.0
+LINGER_BYTES = 64 << 20
+
+
+def linger(conn: socket.socket) -> None:
+    """Close after a reply as HTTP servers do: stop sending, then read what the client still
+    sends for a moment. Closing with unread bytes makes the kernel send a reset, and a
+    reset can drop the reply (a 413 sent before its body) before the client reads it."""
+    with contextlib.suppress(OSError):
+        conn.shutdown(socket.SHUT_WR)
+        conn.settimeout(LINGER_SECONDS)
+        deadline, seen = time.monotonic() + LINGER_SECONDS, 0
+        while time.monotonic() < deadline and seen < LINGER_BYTES:
+            got = conn.recv(1 << 16)
+            if not got:
+                return
+            seen += len(got)
+
+
+def send(conn: socket.socket, data: bytes | memoryview) -> None:
+    try:
+        conn.sendall(data)
+    except OSError as exc:  # the client's side, not the node's: told apart from disk errors
+        raise Gone from exc
+
+
+def consume(conn: socket.socket, n: int) -> None:
+    """Read and drop ``n`` bytes from the socket (a peeked head, a refused body)."""
+    try:
+        while n:
+            got = conn.recv(min(n, 1 << 16))
+            if not got:
+                raise Gone
+            n -= len(got)
+    except OSError as exc:
+        raise Gone from exc
+
+
+def fill(conn: socket.socket, target: memoryview) -> int:
+    got = 0
+    try:
+        while got < len(target):
+            n = conn.recv_into(target[got:])
+            if not n:
+                raise Gone
+            got += n
+    except OSError as exc:  # (a timeout too: the body stopped arriving)
+        raise Gone from exc
+    return got
+
+
+def phrase(status: int) -> str:
+    try:
+        return http.HTTPStatus(status).phrase
+    except ValueError:  # a status the standard library does not name: the line stays valid
+        return ""
+
+
+def reply_head(status: int, headers: list[tuple[bytes, bytes]], keep_alive: bool) -> bytes:
+    """Status line and headers, with a ``date`` as uvicorn sends (RFC 9110 asks a server
+    with a clock for one) and ``connection: close`` when the connection ends after it."""
+    lines = [f"HTTP/1.1 {status} {phrase(status)}".encode(), b"date: " + _http_date()]
+    lines += [k + b": " + v for k, v in headers]
+    if not keep_alive:
+        lines.append(b"connection: close")
+    return b"\r\n".join(lines) + b"\r\n\r\n"
+
+
+def json_reply(
+    status: int, value: object, keep_alive: bool, headers: dict[str, str] | None = None
+) -> bytes:
+    body = dumps(value)
+    fields = [(b"content-type", JSON.encode()), (b"content-length", str(len(body)).encode())]
+    fields += [(k.encode("latin-1"), v.encode("latin-1")) for k, v in (headers or {}).items()]
+    return reply_head(status, fields, keep_alive) + body
+
+
+_date_cache: tuple[int, bytes] = (0, b"")
+
+
+def _http_date() -> bytes:
+    """The current second's HTTP date, formatted once a second (a tuple swap: thread-safe)."""
+    global _date_cache
+    now = int(time.time())
+    second, text = _date_cache
+    if second != now:
+        text = email.utils.formatdate(now, usegmt=True).encode()
+        _date_cache = (now, text)
+    return text
+
+
+def adopter(loop: asyncio.AbstractEventLoop, protocol: Callable[[], asyncio.Protocol]) -> Adopt:
+    """An ``Adopt`` that gives sockets to ``loop``'s ``protocol`` (uvicorn's HTTP protocol)."""
+    tasks: set[asyncio.Task[object]] = set()
+
+    async def take(sock: socket.socket) -> None:
+        try:
+            await loop.connect_accepted_socket(protocol, sock)
+        except OSError:
+            sock.close()
+
+    def start(sock: socket.socket) -> None:
+        task = loop.create_task(take(sock))
+        tasks.add(task)
+        task.add_done_callback(tasks.discard)
+
+    def adopt(sock: socket.socket) -> None:
+        sock.setblocking(False)
+        try:
+            loop.call_soon_threadsafe(start, sock)
+        except RuntimeError:  # the loop is closed: the node is stopping
+            sock.close()
+
+    return adopt
