@@ -272,6 +272,17 @@ def _writer(
                     return
                 acked.append(r.json()["span"]["end"])
                 if i % 5 == 0:  # reads on the same connection now and then
+                    got = c.get(  # on this thread (READ_SLOTS)
+                        f"/topic/load/partition/{partition}/records",
+                        params={"start": i * 100, "page_size": 100},
+                        headers={"accept": "application/json"},
+                    )
+                    if got.status_code != 200 or [r["time"] for r in got.json()] != list(
+                        range(i * 100, i * 100 + 100)
+                    ):
+                        errors.append(f"read {got.status_code} {got.text[:200]}")
+                        return
+                if i == n - 5:  # near the end, the connection handed to uvicorn
                     got = c.get("/topic/load")
                     if got.status_code != 200:
                         errors.append(f"read {got.status_code} {got.text}")
@@ -314,6 +325,7 @@ def test_stress_many_writers_and_readers_nothing_lost_no_stall(tmp_path: Path, s
             assert ends == [100 * (i + 1) for i in range(40)]
             assert span(proc, "load", p) == {"start": 0, "end": 4000}
         assert metric(proc, "plateau_append_gate_waiting") == 0
+        assert metric(proc, "plateau_front_reads_total") == 8 * 8  # every read on a thread
     finally:
         proc.stop()
 

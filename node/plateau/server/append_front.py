@@ -1,4 +1,4 @@
-"""Appends on a thread per connection; every other request handed to uvicorn, on one port.
+"""Appends and partition reads on a thread per connection; the rest handed to uvicorn, one port.
 
 Why: with 4 closed-loop writers of 1.4 MB Arrow bodies the node's rate was
 its HTTP stack's. In one run of bench/ingest_floor.py a bare uvicorn app
@@ -15,7 +15,9 @@ How one port serves both: ``AppendFront`` owns the node's listening socket.
 A connection's thread *peeks* at the next request's head (``MSG_PEEK``: the
 bytes stay in the socket). A plain append (POST to the append path, a
 Content-Length, no chunked body, no upgrade) is consumed and served here, with
-the same checks, replies and errors as ``data_plane.append``. Anything else
+the same checks, replies and errors as ``data_plane.append``; so is a partition
+read (GET of a partition's records, no body), through the event loop's own
+``data_plane.read_partition_now``. Anything else
 (another route, a chunked body, a head that did not arrive in one piece,
 more than ``server.append_connections`` connections) hands the socket,
 unread, to uvicorn's event loop (``loop.connect_accepted_socket`` with
@@ -23,7 +25,9 @@ uvicorn's own protocol), which serves the connection from then on as if it
 had accepted it. So every other request keeps uvicorn's HTTP handling, and
 a connection's requests are answered in order.
 
-Lock order: ``_lock`` (the set of connections served here) is a leaf.
+Lock order: ``_lock`` (the set of connections served here) is a leaf. A thread
+holds at most one slot of one gate (``fifo_gate``: appends, reads) at a time,
+and never ``_lock`` while it waits for one.
 """
 
 from __future__ import annotations
