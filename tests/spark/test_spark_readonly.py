@@ -77,6 +77,7 @@ def test_read_only_mount_reads_consistent_snapshots_while_node_writes(
     node = NodeProcess(tmp_path / "data").start()
     stop = threading.Event()
     errors: list[BaseException] = []
+    writer: threading.Thread | None = None
     try:
         with PlateauClient(node.url) as client:
             for fmt in ("parquet", "arrow"):  # retention keeps ~20 segments of ~100 KB
@@ -109,6 +110,8 @@ def test_read_only_mount_reads_consistent_snapshots_while_node_writes(
         )
     finally:
         stop.set()
+        if writer is not None and writer.is_alive():  # its last appends land first
+            writer.join(30)
         node.stop()
     assert not errors, errors
     assert lines[0] == {"read_only": True}, "the reader's view must be a read-only mount"
