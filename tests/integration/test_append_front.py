@@ -229,27 +229,19 @@ def test_connections_past_the_limit_are_served_by_the_event_loop(tmp_path: Path)
         proc.stop()
 
 
-def test_on_by_default(tmp_path: Path) -> None:
-    proc = NodeProcess(tmp_path / "data", token=TOKEN).start()
+@pytest.mark.parametrize(("setting", "threads"), [(None, 1), ("true", 1), ("false", 0)])
+def test_on_by_default_and_off_when_turned_off(
+    tmp_path: Path, setting: str | None, threads: int
+) -> None:
+    """Off, every append goes through the event loop: no connection gets a thread."""
+    env = {} if setting is None else {"PLATEAU_SERVER__THREADED_APPENDS": setting}
+    proc = NodeProcess(tmp_path / "data", token=TOKEN, env=env).start()
     try:
         sock, f = connect(proc)
         with sock:
             sock.sendall(append_request("on", "p", ipc_file(table(2))))
             assert response(f)[0] == 200
-            assert metric(proc, "plateau_append_connections") == 1
-    finally:
-        proc.stop()
-
-
-def test_turned_off_every_append_goes_through_the_event_loop(tmp_path: Path) -> None:
-    env = {"PLATEAU_SERVER__THREADED_APPENDS": "false"}
-    proc = NodeProcess(tmp_path / "data", token=TOKEN, env=env).start()
-    try:
-        sock, f = connect(proc)
-        with sock:
-            sock.sendall(append_request("off", "p", ipc_file(table(2))))
-            assert response(f)[0] == 200
-            assert metric(proc, "plateau_append_connections") == 0
+            assert metric(proc, "plateau_append_connections") == threads
     finally:
         proc.stop()
 
