@@ -37,8 +37,9 @@ from plateau.storage.catalog.progress import Progress
 from plateau.storage.data.column_codecs import ColumnPlan, CompressionStats
 from plateau.storage.data.durable_io import make_dirs
 from plateau.storage.data.ipc_messages import Encoded
-from plateau.storage.data.open_segment import WRITE_BUFFER, OpenSegment
+from plateau.storage.data.open_segment import WRITE_BUFFER, OpenSegment, time_bounds_ms
 from plateau.storage.data.sealed_writer import parquet_column_bytes
+from plateau.storage.data.validation import TIME
 from plateau.storage.metrics import APPEND_STAGE_SECONDS, SEAL_SECONDS
 from plateau.storage.sealing import REWRITES_AT_ONCE, seal_segment
 from plateau.storage.types import Index, WritePolicy
@@ -136,8 +137,8 @@ class Partition:
 
         ``messages``: the table's batches as the client encoded them (an Arrow IPC body
         decoded without change); they are written as they came where no column is
-        compressed, instead of being encoded again. Encoding and compression happen
-        here, before the partition lock: only the ``writev`` is under it.
+        compressed, instead of being encoded again. Encoding, compression and the time
+        bounds are computed here, before the partition lock: only the ``writev`` is under it.
 
         ``archived``: the topic's segments will be uploaded, so a new segment keeps its
         written pages cached (the uploader reads the sealed file once, then drops them):
@@ -145,6 +146,7 @@ class Partition:
         """
         started = time.perf_counter()
         encoded, plan = self._encode(table, config, messages)
+        bounds = time_bounds_ms(table.column(TIME))  # CPU work: outside the lock
         deadline = time.monotonic() + SCHEMA_CHANGE_WAIT
         seg: OpenSegment | None = None
         with self.lock:
@@ -175,7 +177,7 @@ class Partition:
             try:
                 if seg is None:
                     seg = self._new_segment_locked(table.schema, config, archived)
-                seq = seg.append(table, encoded)
+                seq = seg.append(table, encoded, bounds)
             except BaseException:
                 self._memory.release(charge, sealing=False)
                 raise

@@ -136,9 +136,12 @@ class OpenSegment:
     def too_old(self, now: float) -> bool:
         return self.rows > 0 and now - self.created >= self.config.max_age_seconds
 
-    def append(self, table: pa.Table, messages: Sequence[Encoded]) -> int:
+    def append(
+        self, table: pa.Table, messages: Sequence[Encoded], bounds: tuple[int, int] | None = None
+    ) -> int:
         """Write ``table`` (as ``messages``) to the file and memory; returns the sequence to wait
-        on for durability.
+        on for durability. ``bounds``: the table's ``time_bounds_ms``, computed by the caller
+        before it took the partition lock (computed here without).
 
         On a write error the file is cut back to where it was, so the file never
         holds a half batch that a later append would follow.
@@ -151,7 +154,7 @@ class OpenSegment:
         except BaseException:
             self._abandon_writer(pos)
             raise
-        lo, hi = time_bounds_ms(table.column("time"))
+        lo, hi = bounds if bounds is not None else time_bounds_ms(table.column("time"))
         self.min_time_ms = lo if self.min_time_ms is None else min(self.min_time_ms, lo)
         self.max_time_ms = hi if self.max_time_ms is None else max(self.max_time_ms, hi)
         self.batches.extend(batches)
