@@ -30,7 +30,8 @@ only what is left. ``RULES``, in order:
 * ``http`` (first: before ``body``): uvloop's socket writes (``UVStream_write``).
 * ``body``: ``server/body.py`` (``read_body``), starlette's request stream,
   uvicorn's ``data_received``/``on_*``/``receive``, native llhttp (httptools),
-  uvloop's socket reads (``uv__read``).
+  uvloop's socket reads (``uv__read``); on a connection thread
+  (``server/append_front.py``), ``_read_body`` and ``front_wire.fill`` (``recv_into``).
 * ``bookkeeping``: prometheus_client (metrics).
 
 ``GENERIC_RULES``, in order:
@@ -141,6 +142,8 @@ RULES: list[Rule] = [
     ("parse", lambda f: f.in_file("server/codecs.py", "data/ipc_messages.py", "pyarrow/ipc.py")),
     ("http", lambda f: f.func.startswith(("UVStream_write", "UVStream__try_write"))),
     ("body", lambda f: f.in_file("server/body.py", "starlette/requests.py")),
+    ("body", lambda f: f.in_file("server/append_front.py") and f.named("_read_body")),
+    ("body", lambda f: f.in_file("server/front_wire.py") and f.named("fill")),
     ("body", lambda f: f.func.startswith("uv__read")),  # uvloop's socket read
     ("body", lambda f: f.in_dir("uvicorn") and f.named(*_BODY_UVICORN)),
     ("body", lambda f: f.func.startswith(("llhttp", "parser_cb_on_body"))),  # httptools, native
@@ -183,6 +186,16 @@ _PY_WAITS = (
 )
 
 
+# A connection thread's wait for its client's next request: blocked in a peek at the socket
+# (``AppendFront._next_append``); with ``--python-only`` its head parse, a few microseconds
+# a request, is counted with it.
+_FRONT_WAITS = ("_next_append",)
+
+
+def _leaf_recv(leaf: list[Frame]) -> bool:
+    return any(f.func.startswith(("recv", "__libc_recv", "sock_recv")) for f in leaf)
+
+
 def waiting(frames: list[Frame], native: bool = True) -> str | None:
     """``idle`` (a lock, condition, queue or poll wait), ``gil_wait``, or None (busy).
 
@@ -196,9 +209,12 @@ def waiting(frames: list[Frame], native: bool = True) -> str | None:
     ``Runner.run``, and cannot tell a GIL wait from work.
     """
     if not native:
-        return "idle" if frames and frames[0].named(*_PY_WAITS) else None
+        return "idle" if frames and frames[0].named(*_PY_WAITS, *_FRONT_WAITS) else None
     leaf = list(itertools.takewhile(lambda f: not f.file.endswith(".py"), frames))
     if any(f.func.startswith(_LOCK_WAIT + _POLL_WAIT) for f in leaf):
+        return "idle"
+    python = frames[len(leaf)] if len(leaf) < len(frames) else None
+    if python is not None and python.named(*_FRONT_WAITS) and _leaf_recv(leaf):
         return "idle"
     if any(f.func.startswith(_GIL_WAIT) for f in leaf):
         return "gil_wait"

@@ -30,6 +30,11 @@ LOOP = (
     "DataPlane._serve (plateau/server/data_plane.py:307);append (plateau/server/data_plane.py:198)"
 )
 
+FRONT = (
+    f"{ROOT};AppendFront._serve (plateau/server/append_front.py:170);"
+    "AppendFront._answer (plateau/server/append_front.py:300)"
+)
+
 STACKS = {
     "compression": f"thread (1): append_0;{APPEND};_encode (plateau/storage/partition.py:181);"
     "ColumnPlan.encode (plateau/storage/data/column_codecs.py:90);"
@@ -53,6 +58,13 @@ STACKS = {
     "(plateau/storage/catalog/memory.py:140);0x7f0f255278ec (libc.so.6)",
     "body": f"thread (6): MainThread;{LOOP};read_body (plateau/server/body.py:50);"
     "0x7fccf5f8bb75 (libc.so.6)",
+    "body on a connection thread": f"thread (10): Thread-7;{FRONT};"
+    "_read_body (plateau/server/append_front.py:330);Lease.receive "
+    "(plateau/server/body_pool.py:110);fill (plateau/server/front_wire.py:95);"
+    "sock_recv_into (socketmodule.c)",
+    "validation on a connection thread": f"thread (10): Thread-7;{FRONT};"
+    "decode_append_messages (plateau/server/codecs.py:90);"
+    "check_table (plateau/server/codecs.py:190)",
     "http": f"thread (6): MainThread;{LOOP};run_sync (anyio/to_thread.py:65);"
     "Queue.put (queue.py:152);sem_post (libc.so.6)",
     "seal": "thread (7): sealer_0;_seal (plateau/storage/partition.py:280);"
@@ -66,13 +78,31 @@ STACKS = {
 }
 
 
-@pytest.mark.parametrize("stage", sorted(STACKS))
-def test_each_stack_lands_in_its_stage(stage: str) -> None:
-    parsed = ps.parse_raw_line(f"{STACKS[stage]} 3\n")
+@pytest.mark.parametrize("case", sorted(STACKS))
+def test_each_stack_lands_in_its_stage(case: str) -> None:
+    parsed = ps.parse_raw_line(f"{STACKS[case]} 3\n")
     assert parsed is not None
     thread, frames, count = parsed
     assert count == 3
-    assert ps.classify(thread, frames)[0] == stage
+    assert ps.classify(thread, frames)[0] == case.split()[0]
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_a_connection_thread_waiting_for_its_next_request_is_idle(native: bool) -> None:
+    line = f"thread (10): Thread-7;{ROOT};AppendFront._serve (plateau/server/append_front.py:170);"
+    line += "AppendFront._next_append (plateau/server/append_front.py:230)"
+    line += ";sock_recv (socketmodule.c);recv (libc.so.6) 12" if native else " 12"
+    parsed = ps.parse_raw_line(line)
+    assert parsed is not None
+    assert ps.classify(parsed[0], parsed[1], native=native)[0] == "idle"
+
+
+def test_a_connection_thread_parsing_a_head_is_not_idle() -> None:
+    line = f"thread (10): Thread-7;{ROOT};AppendFront._serve (plateau/server/append_front.py:170);"
+    line += "AppendFront._next_append (plateau/server/append_front.py:240);llhttp_execute (x.so) 2"
+    parsed = ps.parse_raw_line(line)
+    assert parsed is not None
+    assert ps.classify(parsed[0], parsed[1])[0] == "body"
 
 
 def test_uvloop_epoll_is_idle_not_http() -> None:
