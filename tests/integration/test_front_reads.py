@@ -14,6 +14,7 @@ from __future__ import annotations
 import email.utils
 import json
 import socket
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
@@ -158,5 +159,39 @@ def test_turned_off_reads_go_through_uvicorn(tmp_path: Path) -> None:
         r = httpx.get(f"{proc.url}/topic/t/partition/p/records", params={"start": 0})
         assert r.status_code == 404
         assert _reads_served_on_threads(proc) == 0
+    finally:
+        proc.stop()
+
+
+def test_a_reader_that_pauses_mid_reply_gets_the_whole_page(tmp_path: Path) -> None:
+    """A reader that stops taking bytes for longer than the keep-alive timeout (uvicorn's
+    5 s) still gets its page: a reply's timeout bounds a stall of 30 s, and neither the
+    keep-alive timeout nor a fixed total applies to it."""
+    proc = NodeProcess(tmp_path / "data").start()
+    try:
+        rows = 10_000  # a full page of about 6 MB: more than the socket buffers hold
+        table = pa.table({"time": pa.array(range(rows), pa.int64()), "v": [b"x" * 600] * rows})
+        r = httpx.post(
+            f"{proc.url}/topic/big/partition/p",
+            content=ipc_file(table),
+            headers={"content-type": ARROW_FILE},
+            timeout=60,
+        )
+        assert r.status_code == 200, r.text
+        sock = socket.create_connection(("127.0.0.1", proc.port), timeout=60)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 64 * 1024)
+        with sock:
+            path = f"/topic/big/partition/p/records?start=0&page_size={rows}"
+            sock.sendall(head("GET", path, {"Accept": ARROW_FILE, "Connection": "close"}))
+            got = [sock.recv(64 * 1024)]
+            assert got[0].startswith(b"HTTP/1.1 200")
+            time.sleep(6.5)  # past the keep-alive timeout, with most of the reply unsent
+            while chunk := sock.recv(1 << 20):  # the node closes after the reply
+                got.append(chunk)
+        reply = b"".join(got)
+        head_end = reply.index(b"\r\n\r\n") + 4
+        page = pa.ipc.open_file(pa.py_buffer(reply[head_end:])).read_all()
+        assert page.num_rows == rows
+        assert _reads_served_on_threads(proc) == 1
     finally:
         proc.stop()

@@ -196,7 +196,7 @@ class AppendFront:
                     handed_over = True
                     return
                 reply, keep = self._answer(conn, append)
-                conn.sendall(reply)
+                send(conn, reply)
                 if not keep:
                     linger(conn)
                     return
@@ -247,6 +247,7 @@ class AppendFront:
                 or headers.get("content-length", "0") != "0"
             ):
                 return "other"
+            conn.settimeout(IO_SECONDS)  # from here a stall, not an idle connection
             consume(conn, end + 4)
             return _Read(
                 read["topic"],

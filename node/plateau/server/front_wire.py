@@ -71,8 +71,16 @@ def linger(conn: socket.socket) -> None:
 
 
 def send(conn: socket.socket, data: bytes | memoryview) -> None:
+    """All of ``data``; the socket's timeout bounds each stall, not the whole reply.
+
+    Why not ``sendall``: its timeout is the total time to send everything, so a
+    reader on a slow link fetching a 16 MiB page would be cut off at a fixed
+    duration however steadily it reads; uvicorn waits as long as the client
+    keeps taking bytes, and so does this."""
+    view = memoryview(data)
     try:
-        conn.sendall(data)
+        while view:
+            view = view[conn.send(view) :]
     except OSError as exc:  # the client's side, not the node's: told apart from disk errors
         raise Gone from exc
 
