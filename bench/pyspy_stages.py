@@ -187,9 +187,9 @@ _PY_WAITS = (
 
 
 # A connection thread's wait for its client's next request: blocked in a peek at the socket
-# (``AppendFront._next_append``); with ``--python-only`` its head parse, a few microseconds
+# (``AppendFront._next_request``); with ``--python-only`` its head parse, a few microseconds
 # a request, is counted with it.
-_FRONT_WAITS = ("_next_append",)
+_FRONT_WAITS = ("_next_request",)
 
 
 def _leaf_recv(leaf: list[Frame]) -> bool:

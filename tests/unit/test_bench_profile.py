@@ -90,7 +90,7 @@ def test_each_stack_lands_in_its_stage(case: str) -> None:
 @pytest.mark.parametrize("native", [True, False])
 def test_a_connection_thread_waiting_for_its_next_request_is_idle(native: bool) -> None:
     line = f"thread (10): Thread-7;{ROOT};AppendFront._serve (plateau/server/append_front.py:170);"
-    line += "AppendFront._next_append (plateau/server/append_front.py:230)"
+    line += "AppendFront._next_request (plateau/server/append_front.py:230)"
     line += ";sock_recv (socketmodule.c);recv (libc.so.6) 12" if native else " 12"
     parsed = ps.parse_raw_line(line)
     assert parsed is not None
@@ -99,7 +99,7 @@ def test_a_connection_thread_waiting_for_its_next_request_is_idle(native: bool) 
 
 def test_a_connection_thread_parsing_a_head_is_not_idle() -> None:
     line = f"thread (10): Thread-7;{ROOT};AppendFront._serve (plateau/server/append_front.py:170);"
-    line += "AppendFront._next_append (plateau/server/append_front.py:240);llhttp_execute (x.so) 2"
+    line += "AppendFront._next_request (plateau/server/append_front.py:240);llhttp_execute (x.so) 2"
     parsed = ps.parse_raw_line(line)
     assert parsed is not None
     assert ps.classify(parsed[0], parsed[1])[0] == "body"

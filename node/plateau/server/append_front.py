@@ -91,7 +91,8 @@ READ_SLOTS = 40
 """Partition reads at once on connection threads: anyio's default thread limit, which
 bounded them through the event loop (each builds a page outside the memory budget)."""
 IO_SECONDS = 30.0
-"""A body that stops arriving for this long: the connection is dropped, nothing stored."""
+"""A body that stops arriving, or a reply that stops being taken, for this long: the
+connection is dropped (nothing of such a body stored)."""
 
 
 @dataclass
@@ -185,17 +186,17 @@ class AppendFront:
         handed_over = False
         try:
             while not self._closing:
-                append = self._next_append(conn)
-                if append is None:
+                request = self._next_request(conn)
+                if request is None:
                     return
-                if isinstance(append, _Read):
-                    if not self._answer_read(conn, append):
+                if isinstance(request, _Read):
+                    if not self._answer_read(conn, request):
                         return
                     continue
-                if not isinstance(append, _Append):  # "other"
+                if not isinstance(request, _Append):  # "other"
                     handed_over = True
                     return
-                reply, keep = self._answer(conn, append)
+                reply, keep = self._answer(conn, request)
                 send(conn, reply)
                 if not keep:
                     linger(conn)
@@ -213,9 +214,10 @@ class AppendFront:
             else:
                 conn.close()
 
-    def _next_append(self, conn: socket.socket) -> _Append | _Read | str | None:
-        """The next request if it is a plain append (its head consumed); "other" if the
-        event loop should serve it (nothing consumed); None if the client closed."""
+    def _next_request(self, conn: socket.socket) -> _Append | _Read | str | None:
+        """The next request if it is a plain append or a partition read (its head consumed);
+        "other" if the event loop should serve it (nothing consumed); None if the client
+        closed."""
         conn.settimeout(self._idle_seconds)
         try:
             peeked = conn.recv(MAX_HEAD_BYTES, socket.MSG_PEEK)
