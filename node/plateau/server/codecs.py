@@ -19,6 +19,7 @@ from plateau.protocol import ARROW_FILE, ARROW_STREAM, JSON, JSON_ENVELOPE
 from plateau.protocol.errors import InvalidInput
 from plateau.server.errors import NotAcceptable, UnsupportedMediaType
 from plateau.server.params import parse_time
+from plateau.storage.data.full_validation import validate_table
 from plateau.storage.data.ipc_messages import batch_messages as ipc_batch_messages
 
 APPEND_TYPES = (ARROW_FILE, ARROW_STREAM, JSON)
@@ -204,7 +205,7 @@ def check_table(table: pa.Table) -> None:
                 "stored; give the column a concrete type"
             )
     try:
-        table.validate(full=True)
+        validate_table(table)
     except pa.ArrowException as exc:
         raise InvalidInput(f"malformed Arrow data: {exc}") from exc
 

@@ -19,6 +19,7 @@ import pyarrow as pa
 
 from plateau.storage.catalog.manifest import Manifest, OpenRow, SegmentRow
 from plateau.storage.data.durable_io import rename_durably
+from plateau.storage.data.full_validation import validate_batch
 from plateau.storage.data.open_segment import time_bounds_ms
 from plateau.storage.data.sealed_writer import read_whole, sealed_name, write_sealed
 from plateau.storage.types import Index, SegmentId
@@ -45,7 +46,7 @@ def read_open_file(path: Path) -> tuple[pa.Schema | None, list[pa.RecordBatch], 
     while True:
         try:
             batch = reader.read_next_batch()
-            batch.validate(full=True)
+            validate_batch(batch)
         except StopIteration:
             break
         except (pa.ArrowInvalid, OSError) as exc:
