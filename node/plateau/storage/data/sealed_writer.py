@@ -7,15 +7,14 @@ only afterwards.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
-from typing import BinaryIO
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from plateau.storage.data.durable_io import publish
+from plateau.storage.data.durable_io import publish_native
 from plateau.storage.data.validation import TIME
 
 PARQUET_ROW_GROUP = 65_536
@@ -200,24 +199,28 @@ def write_sealed(
     """
     codec = None if compression == "none" else compression
 
-    def write(f: BinaryIO) -> None:
+    def write(sink: pa.NativeFile, written: Callable[[], None]) -> None:
         if fmt == "parquet":
             dictionary = dictionary_columns(table)  # sampled once: both choices use it
             leaves = parquet_leaf_paths(table.schema)  # the paths both per-column choices name
-            pq.write_table(
-                table,
-                f,
-                row_group_size=PARQUET_ROW_GROUP,
+            with pq.ParquetWriter(
+                sink,
+                table.schema,
                 compression=parquet_codecs(table, compression, adaptive, set(dictionary), leaves),
                 use_dictionary=dictionary,
                 write_statistics=statistics_columns(table.schema, dictionary, leaves),
-            )
+            ) as writer:
+                for start in range(0, max(table.num_rows, 1), PARQUET_ROW_GROUP):
+                    writer.write_table(table.slice(start, PARQUET_ROW_GROUP), PARQUET_ROW_GROUP)
+                    written()
         else:
             options = pa.ipc.IpcWriteOptions(compression=codec)
-            with pa.ipc.new_file(f, table.schema, options=options) as writer:
-                writer.write_table(table)
+            with pa.ipc.new_file(sink, table.schema, options=options) as writer:
+                for batch in table.to_batches():
+                    writer.write_batch(batch)
+                    written()
 
-    return publish(final, write, drop_pages)
+    return publish_native(final, write, drop_pages)
 
 
 def read_whole(path: Path, fmt: str) -> pa.Table:
