@@ -223,15 +223,14 @@ def compressed(
                 new_buffers.append((pos, 0))
                 continue
             data = body.slice(offset, length)
-            out: pa.Buffer | None = None
+            out: bytes | None = None
             if compress[column]:
-                out = codec.compress(data, asbytes=False)
-                if out.size + 8 >= length:
+                out = codec.compress(data, asbytes=True)
+                if len(out) + 8 >= length:
                     out = None
             if out is not None:
-                # a resizable buffer's memoryview spans its capacity, not its size
-                pieces += [_I64.pack(length), memoryview(out)[: out.size]]
-                size = 8 + out.size
+                pieces += [_I64.pack(length), out]
+                size = 8 + len(out)
             else:
                 pieces += [_I64.pack(NOT_COMPRESSED), data]
                 size = 8 + length
