@@ -125,6 +125,18 @@ def test_table_and_batch_check_every_column_and_chunk() -> None:
         validate_batch(pa.record_batch({"i": pa.array([1, 2]), "s": bad}))
 
 
+def test_a_table_is_refused_for_bad_utf8_beside_ascii_columns() -> None:
+    """ASCII columns are checked as binary; a column with a non-ASCII chunk is not, even
+    when its other chunks are ASCII: its bad UTF-8 is still found."""
+    ascii_col = pa.array(["ok", "timeout"])
+    broken = _strings([0, 1, 2], b"\xff\xfe")
+    validate_table(pa.table({"a": ascii_col, "b": pa.array(["é", "ü"])}))
+    with pytest.raises(pa.ArrowInvalid):
+        validate_table(pa.table({"a": ascii_col, "b": broken}))
+    with pytest.raises(pa.ArrowInvalid):
+        validate_table(pa.table({"b": pa.chunked_array([ascii_col, broken])}))
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     values=st.lists(st.binary(max_size=6), min_size=1, max_size=8),

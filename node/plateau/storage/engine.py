@@ -318,8 +318,9 @@ class Engine:
                 table, messages = prepared, None  # changed: encoded again from the table
             self._check_free_space()
             p = self._catalog.partition(t, partition)
+            nbytes = table.nbytes  # once: each call walks the buffers and drops the GIL
             try:
-                span = self._append_with_room(p, t, table, messages)
+                span = self._append_with_room(p, t, table, messages, nbytes)
             except (OSError, sqlite3.OperationalError) as exc:
                 if disk_full(exc):
                     raise InsufficientStorage(
@@ -329,13 +330,18 @@ class Engine:
                     ) from exc
                 raise
         APPENDED_ROWS.labels(topic).inc(table.num_rows)
-        APPENDED_BYTES.labels(topic).inc(table.nbytes)
+        APPENDED_BYTES.labels(topic).inc(nbytes)
         if self.memory.seal_early_excess():
             self._seal_early()
         return span
 
     def _append_with_room(
-        self, p: Partition, t: Topic, table: pa.Table, messages: Sequence[pa.Message] | None
+        self,
+        p: Partition,
+        t: Topic,
+        table: pa.Table,
+        messages: Sequence[pa.Message] | None,
+        nbytes: int,
     ) -> Span:
         """``p.append``, waiting up to ``memory_wait_seconds`` for room when open segments
         fill their part of the memory budget (``MemoryFull``: raised before anything is
@@ -344,13 +350,13 @@ class Engine:
         deadline = time.monotonic() + self.settings.memory_wait_seconds
         while True:
             try:
-                return p.append(table, t.config.segment, t.config.archive.enabled, messages)
+                return p.append(table, t.config.segment, t.config.archive.enabled, messages, nbytes)
             except MemoryFull:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     raise
             self._seal_early()  # in case open segments, not seals, hold the memory
-            self.memory.wait_for_room(table.nbytes, left)
+            self.memory.wait_for_room(nbytes, left)
 
     def _topic_for_append(self, topic: str) -> Topic:
         t = self._catalog.find(topic)

@@ -132,6 +132,7 @@ class Partition:
         config: SegmentConfig,
         archived: bool = False,
         messages: Sequence[pa.Message] | None = None,
+        nbytes: int | None = None,
     ) -> Span:
         """Write all rows of ``table`` into the open segment and wait until durable.
 
@@ -143,8 +144,12 @@ class Partition:
         ``archived``: the topic's segments will be uploaded, so a new segment keeps its
         written pages cached (the uploader reads the sealed file once, then drops them):
         dropped, every byte was read back from the disk, which halved the ingest rate.
+
+        ``nbytes``: ``table.nbytes``, when the caller has it already.
         """
         started = time.perf_counter()
+        if nbytes is None:
+            nbytes = table.nbytes
         encoded, plan = self._encode(table, config, messages)
         bounds = time_bounds_ms(table.column(TIME))  # CPU work: outside the lock
         deadline = time.monotonic() + SCHEMA_CHANGE_WAIT
@@ -159,7 +164,7 @@ class Partition:
                 changed = (
                     not seg.writable or not seg.schema.equals(table.schema) or seg.config != config
                 )
-                if not changed and not seg.would_overflow(table.num_rows, table.nbytes):
+                if not changed and not seg.would_overflow(table.num_rows, nbytes):
                     break
                 if changed and self._queue_full() and self.seal_error is None:
                     # not load: a new schema or config just needs the sealer to finish
@@ -172,12 +177,12 @@ class Partition:
                 break
             # 429 when open segments fill their share; a new segment also brings its file's
             # write buffer
-            charge = table.nbytes + (WRITE_BUFFER if seg is None else 0)
+            charge = nbytes + (WRITE_BUFFER if seg is None else 0)
             self._memory.charge(charge)
             try:
                 if seg is None:
                     seg = self._new_segment_locked(table.schema, config, archived)
-                seq = seg.append(table, encoded, bounds)
+                seq = seg.append(table, encoded, bounds, nbytes)
             except BaseException:
                 self._memory.release(charge, sealing=False)
                 raise

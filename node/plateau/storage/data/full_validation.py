@@ -27,11 +27,24 @@ _AS_BINARY = {pa.string(): pa.binary(), pa.large_string(): pa.large_binary()}
 
 
 def validate_table(table: pa.Table) -> None:
-    """``table.validate(full=True)``, faster; raises ``pa.ArrowInvalid`` as it does."""
-    table.validate()  # the structure: column lengths, chunk types
+    """``table.validate(full=True)``, faster; raises ``pa.ArrowInvalid`` as it does.
+
+    One full validation of the whole table, with its ASCII string columns
+    swapped for their binary views: every pyarrow call drops and retakes the
+    GIL, a hand-off to another append's thread each time, so one call for the
+    table rather than one per column (19 for the inference-log workload).
+    """
+    columns: list[pa.ChunkedArray] = []
+    swapped = False
     for column in table.columns:
-        for chunk in column.chunks:
-            validate_array(chunk)
+        views = [binary_view(chunk) for chunk in column.chunks]
+        if views and all(v is not None for v in views):
+            columns.append(pa.chunked_array(views, type=views[0].type))  # type: ignore[union-attr]
+            swapped = True
+        else:
+            columns.append(column)  # a non-ASCII chunk: the column is checked as it is
+    checked = pa.Table.from_arrays(columns, names=table.column_names) if swapped else table
+    checked.validate(full=True)
 
 
 def validate_batch(batch: pa.RecordBatch) -> None:

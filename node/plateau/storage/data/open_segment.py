@@ -137,11 +137,15 @@ class OpenSegment:
         return self.rows > 0 and now - self.created >= self.config.max_age_seconds
 
     def append(
-        self, table: pa.Table, messages: Sequence[Encoded], bounds: tuple[int, int] | None = None
+        self,
+        table: pa.Table,
+        messages: Sequence[Encoded],
+        bounds: tuple[int, int] | None = None,
+        nbytes: int | None = None,
     ) -> int:
         """Write ``table`` (as ``messages``) to the file and memory; returns the sequence to wait
         on for durability. ``bounds``: the table's ``time_bounds_ms``, computed by the caller
-        before it took the partition lock (computed here without).
+        before it took the partition lock (computed here without); ``nbytes``: ``table.nbytes``.
 
         On a write error the file is cut back to where it was, so the file never
         holds a half batch that a later append would follow.
@@ -159,7 +163,7 @@ class OpenSegment:
         self.max_time_ms = hi if self.max_time_ms is None else max(self.max_time_ms, hi)
         self.batches.extend(batches)
         self.rows += table.num_rows
-        self.nbytes += table.nbytes
+        self.nbytes += table.nbytes if nbytes is None else nbytes
         self.commit.written(self.rows)
         return self.rows
 
