@@ -87,22 +87,26 @@ def test_each_stack_lands_in_its_stage(case: str) -> None:
     assert ps.classify(thread, frames)[0] == case.split()[0]
 
 
+def _next_request_stage(line: int, leaves: str, native: bool = True) -> str:
+    """The stage of a connection thread's stack in ``_next_request`` at ``line``, with
+    ``leaves`` (native frames and the sample count) below it."""
+    stack = (
+        f"thread (10): Thread-7;{ROOT};AppendFront._serve (plateau/server/append_front.py:170);"
+        f"AppendFront._next_request (plateau/server/append_front.py:{line}){leaves}"
+    )
+    parsed = ps.parse_raw_line(stack)
+    assert parsed is not None
+    return ps.classify(parsed[0], parsed[1], native=native)[0]
+
+
 @pytest.mark.parametrize("native", [True, False])
 def test_a_connection_thread_waiting_for_its_next_request_is_idle(native: bool) -> None:
-    line = f"thread (10): Thread-7;{ROOT};AppendFront._serve (plateau/server/append_front.py:170);"
-    line += "AppendFront._next_request (plateau/server/append_front.py:230)"
-    line += ";sock_recv (socketmodule.c);recv (libc.so.6) 12" if native else " 12"
-    parsed = ps.parse_raw_line(line)
-    assert parsed is not None
-    assert ps.classify(parsed[0], parsed[1], native=native)[0] == "idle"
+    leaves = ";sock_recv (socketmodule.c);recv (libc.so.6) 12" if native else " 12"
+    assert _next_request_stage(230, leaves, native) == "idle"
 
 
 def test_a_connection_thread_parsing_a_head_is_not_idle() -> None:
-    line = f"thread (10): Thread-7;{ROOT};AppendFront._serve (plateau/server/append_front.py:170);"
-    line += "AppendFront._next_request (plateau/server/append_front.py:240);llhttp_execute (x.so) 2"
-    parsed = ps.parse_raw_line(line)
-    assert parsed is not None
-    assert ps.classify(parsed[0], parsed[1])[0] == "body"
+    assert _next_request_stage(240, ";llhttp_execute (x.so) 2") == "body"
 
 
 def test_uvloop_epoll_is_idle_not_http() -> None:

@@ -61,8 +61,7 @@ from plateau.server.data_plane import (
 )
 from plateau.server.errors import (
     error_headers,
-    plateau_error_response,
-    unexpected_error_response,
+    response_for,
 )
 from plateau.server.fifo_gate import FifoGate
 from plateau.server.front_wire import (
@@ -190,14 +189,15 @@ class AppendFront:
                 if request is None:
                     return
                 if isinstance(request, _Read):
-                    if not self._answer_read(conn, request):
-                        return
-                    continue
-                if not isinstance(request, _Append):  # "other"
+                    pieces, keep = self._answer_read(request)
+                elif isinstance(request, _Append):
+                    reply, keep = self._answer(conn, request)
+                    pieces = [reply]
+                else:  # "other"
                     handed_over = True
                     return
-                reply, keep = self._answer(conn, request)
-                send(conn, reply)
+                for piece in pieces:  # a page is not copied to join its head
+                    send(conn, piece)
                 if not keep:
                     linger(conn)
                     return
@@ -240,14 +240,11 @@ class AppendFront:
         url = httptools.parse_url(head.url)
         path = unquote(url.path.decode("latin-1"))
         headers = head.headers
+        if not head.plain_framing:
+            return "other"
         if parser.get_method() == b"GET":
             read = READ_PARTITION_ROUTE.pattern.match(path)
-            if (
-                read is None
-                or "transfer-encoding" in headers
-                or "upgrade" in headers
-                or headers.get("content-length", "0") != "0"
-            ):
+            if read is None or headers.get("content-length", "0") != "0":
                 return "other"
             conn.settimeout(IO_SECONDS)  # from here a stall, not an idle connection
             consume(conn, end + 4)
@@ -262,12 +259,7 @@ class AppendFront:
         if parser.get_method() != b"POST":
             return "other"
         match = APPEND_ROUTE.pattern.match(path)  # the event loop's own matcher
-        if (
-            match is None
-            or "transfer-encoding" in headers
-            or "upgrade" in headers
-            or "content-length" not in headers
-        ):
+        if match is None or "content-length" not in headers:
             return "other"
         try:
             length = int(headers["content-length"])
@@ -329,8 +321,9 @@ class AppendFront:
             error = {"message": f"internal error: {type(exc).__name__}", "code": 500}
             return json_reply(500, error, False), False
 
-    def _answer_read(self, conn: socket.socket, read: _Read) -> bool:
-        """Serve a partition read on this thread; True if the connection goes on."""
+    def _answer_read(self, read: _Read) -> tuple[list[bytes | memoryview], bool]:
+        """A partition read served on this thread: the reply's head and body, and whether
+        the connection can take another request."""
         scope = {
             "type": "http",
             "method": "GET",
@@ -346,15 +339,10 @@ class AppendFront:
         try:
             with self._read_gate.slot():
                 response = read_partition_now(request, self._state, read.topic, read.partition)
-        except PlateauError as exc:
-            response = plateau_error_response(exc, request)
-        except Exception as exc:  # a bug, or the disk failing: a 500, as on the event loop
-            response = unexpected_error_response(exc, request)
-        send(conn, reply_head(response.status_code, response.raw_headers, read.keep_alive))
-        send(conn, response.body)
-        if not read.keep_alive:
-            linger(conn)
-        return read.keep_alive
+        except Exception as exc:  # refused, a bug, or the disk failing: as on the event loop
+            response = response_for(exc, request)
+        head = reply_head(response.status_code, response.raw_headers, read.keep_alive)
+        return [head, response.body], read.keep_alive
 
     def _skip_body(self, conn: socket.socket, append: _Append) -> bool:
         """After a refusal before the body was read: read and drop it, so that the

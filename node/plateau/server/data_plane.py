@@ -65,7 +65,7 @@ from plateau.server.codecs import (
     encode_arrow,
     reply_media_type,
 )
-from plateau.server.errors import plateau_error_response, unexpected_error_response
+from plateau.server.errors import response_for
 from plateau.server.iteration_prefetch import PageRequest, topic_page
 from plateau.server.jsonout import dumps, json_reply, table_rows
 from plateau.server.metrics import REJECTED_APPENDS
@@ -331,8 +331,6 @@ class DataPlane:
         request = Request(scope, receive)
         try:
             response = await handler(request, self.state, **params)
-        except PlateauError as exc:
-            response = plateau_error_response(exc, request)
         except Exception as exc:
-            response = unexpected_error_response(exc, request)
+            response = response_for(exc, request)
         await response(scope, receive, send)

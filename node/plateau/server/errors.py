@@ -96,6 +96,15 @@ def unexpected_error_response(exc: Exception, request: StarletteRequest) -> JSON
     return error_response(500, f"internal error: {type(exc).__name__}")
 
 
+def response_for(exc: Exception, request: StarletteRequest) -> JSONResponse:
+    """The reply to an exception a route raised: its own status for a ``PlateauError``
+    (logged at 5xx), else a logged 500. Shared by the event loop's routes and the
+    connection threads, so both answer and log a failure the same way."""
+    if isinstance(exc, PlateauError):
+        return plateau_error_response(exc, request)
+    return unexpected_error_response(exc, request)
+
+
 async def _plateau_error(request: Request, exc: Exception) -> JSONResponse:
     assert isinstance(exc, PlateauError)
     return plateau_error_response(exc, request)

@@ -37,6 +37,12 @@ class Head:
     keep_alive: bool = False
     parser: httptools.HttpRequestParser | None = None
 
+    @property
+    def plain_framing(self) -> bool:
+        """No chunked body and no protocol switch: what the connection threads serve (the
+        event loop serves the rest)."""
+        return "transfer-encoding" not in self.headers and "upgrade" not in self.headers
+
     def on_url(self, url: bytes) -> None:
         self.url += url
 
