@@ -16,6 +16,7 @@ import pyarrow as pa
 import pytest
 
 from plateau.storage.data.append_file import (
+    NATIVE_COPY_BYTES,
     BufferedFile,
     DirectFile,
     StagingPool,
@@ -35,12 +36,20 @@ def direct_file(path: Path, pool: StagingPool | None = None) -> DirectFile:
     return f
 
 
-def test_appends_of_any_size_land_in_order_and_finish_cuts_the_padding(tmp_path: Path) -> None:
+@pytest.mark.parametrize("staging", [64 * 1024, 1024 * 1024])
+def test_appends_of_any_size_land_in_order_and_finish_cuts_the_padding(
+    tmp_path: Path, staging: int
+) -> None:
+    """With a small staging buffer an append takes several writes; with a large one, its
+    pieces past ``NATIVE_COPY_BYTES`` are copied by pyarrow (without the GIL), the rest in
+    Python: the bytes land the same either way."""
     rng = random.Random(7)
-    pool = StagingPool(size=64 * 1024, limit=2)  # appends larger than a buffer: several writes
+    pool = StagingPool(size=staging, limit=2)
     f = direct_file(tmp_path / "seg", pool)
     expected = bytearray()
-    for size in [0, 1, 7, ALIGN - 1, 1, ALIGN, 3 * ALIGN + 5, 200_000, 64 * 1024, 13]:
+    sizes = [0, 1, 7, ALIGN - 1, 1, ALIGN, 3 * ALIGN + 5, 200_000, 64 * 1024, 13, 2_500_001, 5]
+    assert max(sizes) // 3 > NATIVE_COPY_BYTES
+    for size in sizes:
         pieces = [rng.randbytes(size // 3), b"", rng.randbytes(size - size // 3)]
         assert f.write([pa.py_buffer(pieces[0]), pieces[1], memoryview(pieces[2])]) == size
         expected += b"".join(pieces)
