@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import collections
 import ctypes
-import ctypes.util
 import mmap
 import threading
 import time
@@ -48,6 +47,7 @@ from collections.abc import Callable
 import pyarrow as pa
 
 from plateau.server.metrics import BODY_POOL_IDLE_BYTES, BODY_POOL_LEASED_BYTES, BODY_POOL_REGIONS
+from plateau.storage.data.libc import libc_function
 
 MIN_POOLED_BYTES = 1 << 20  # smaller blocks come from malloc's heap, already reused
 CLASSES_PER_OCTAVE = 8
@@ -56,19 +56,7 @@ _FLAGS = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS
 MADV_POPULATE_WRITE = 23  # Linux 5.14: fault in (and zero) every page, as a write would
 
 
-def _madvise() -> Callable[[int, int, int], int] | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    fn = getattr(ctypes.CDLL(name, use_errno=True), "madvise", None)
-    if fn is None:
-        return None
-    fn.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
-    fn.restype = ctypes.c_int
-    return fn  # type: ignore[no-any-return]
-
-
-MADVISE = _madvise()
+MADVISE = libc_function("madvise", [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int])
 
 
 def size_class(size: int) -> int:

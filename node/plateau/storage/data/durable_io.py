@@ -8,7 +8,6 @@ that; everything that makes a file visible goes through it.
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import fcntl
 import os
@@ -19,6 +18,7 @@ from typing import IO, Any, BinaryIO
 import pyarrow as pa
 
 from plateau.protocol.errors import Unavailable
+from plateau.storage.data.libc import libc_function
 
 TMP_SUFFIX = ".tmp"
 PAGE = 4096
@@ -65,19 +65,9 @@ WRITE_BEHIND_BYTES = 2 * 1024 * 1024
 _SYNC_FILE_RANGE_WRITE = 2  # start writeback of dirty pages in the range; do not wait
 
 
-def _sync_file_range() -> Callable[[int, int, int, int], int] | None:
-    name = ctypes.util.find_library("c")
-    if name is None:
-        return None
-    fn = getattr(ctypes.CDLL(name, use_errno=True), "sync_file_range", None)
-    if fn is None:
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_uint]
-    fn.restype = ctypes.c_int
-    return fn  # type: ignore[no-any-return]
-
-
-SYNC_FILE_RANGE = _sync_file_range()
+SYNC_FILE_RANGE = libc_function(
+    "sync_file_range", [ctypes.c_int, ctypes.c_longlong, ctypes.c_longlong, ctypes.c_uint]
+)
 
 
 class WriteBehind:
@@ -129,18 +119,14 @@ class PythonWriteBehind:
 
 def publish(final: Path, write: Callable[[BinaryIO], None], drop_pages: bool = False) -> int:
     """Atomically create ``final`` with what ``write`` writes; returns its size."""
-    tmp = final.with_name(final.name + TMP_SUFFIX)
-    try:
+
+    def through_python(tmp: Path) -> None:
         with tmp.open("wb") as f:
             write(PythonWriteBehind(f))  # type: ignore[arg-type]
             f.flush()
             PageDropper(drop_pages).sync(f.fileno())
-        tmp.rename(final)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
-    fsync_dir(final.parent)
-    return final.stat().st_size
+
+    return _publish_via(final, through_python)
 
 
 def publish_native(
@@ -155,12 +141,22 @@ def publish_native(
     behind it. ``write`` calls its second argument between pieces (row groups,
     batches): writeback starts there (``WriteBehind``).
     """
-    tmp = final.with_name(final.name + TMP_SUFFIX)
-    try:
+
+    def through_arrow(tmp: Path) -> None:
         with pa.OSFile(str(tmp), "wb") as sink:
             behind = WriteBehind(sink.fileno())
             write(sink, lambda: behind.written(sink.tell()))
             PageDropper(drop_pages).sync(sink.fileno())
+
+    return _publish_via(final, through_arrow)
+
+
+def _publish_via(final: Path, write_synced: Callable[[Path], None]) -> int:
+    """The durability steps of ``publish``: ``write_synced`` writes and fsyncs a temporary
+    file; it is renamed to ``final`` only then, and the directory fsynced after."""
+    tmp = final.with_name(final.name + TMP_SUFFIX)
+    try:
+        write_synced(tmp)
         tmp.rename(final)
     except BaseException:
         tmp.unlink(missing_ok=True)
