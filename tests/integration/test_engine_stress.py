@@ -7,12 +7,18 @@ the operator uses a node while producers write; it once deadlocked within a
 second (engine lock vs retention lock). Fixed budget: a few seconds; any
 worker that makes no progress for STALL seconds fails the test with every
 thread's stack.
+
+The interpreter runs with the node's GIL switch interval (``run_node`` sets
+it): at Python's 5 ms, nine busy threads on two cores made a topic deletion,
+which gives the GIL up a few dozen times, wait over 3 s in all to take it back
+(every fsync under strace took under 5 ms; at 1 ms the same run passed).
 """
 
 from __future__ import annotations
 
 import contextlib
 import itertools
+import sys
 import threading
 from collections.abc import Callable
 from pathlib import Path
@@ -21,6 +27,8 @@ import pyarrow as pa
 
 from plateau.protocol.errors import Busy
 from plateau.protocol.topic_config import TopicConfigRequest
+from plateau.server.config import ServerSettings
+from plateau.server.run import tune_interpreter
 from plateau.storage.config import StorageSettings
 from plateau.storage.engine import Engine
 from testkit.stress import assert_indexes_never_reused, operator_mix, run_stress
@@ -97,10 +105,13 @@ def test_engine_never_stalls_under_topic_changes_sealing_and_retention(tmp_path:
     # writer would spend inside the stall window when this test runs on its own
     small()
     done = threading.Event()
+    python_default_ms = sys.getswitchinterval() * 1000
+    tune_interpreter(ServerSettings().gil_switch_interval_ms)
     try:
         calls = run_stress(steps, SECONDS, STALL)
         done.set()
     finally:
+        tune_interpreter(python_default_ms)
         if done.is_set():
             engine.close()
     assert all(n > 0 for n in calls.values()), calls
