@@ -22,26 +22,41 @@ from plateau.storage.data.durable_io import (
 from plateau.storage.data.sealed_writer import write_sealed
 
 
-def test_every_byte_arrives_and_writeback_starts_every_few_mib(tmp_path: Path) -> None:
-    assert durable_io.SYNC_FILE_RANGE is not None  # glibc on Linux: the path under test
+def watch_writeback(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
+    """The (start, length) of every writeback started (``sync_file_range``, still called)."""
+    calls: list[tuple[int, int]] = []
+    real = durable_io.SYNC_FILE_RANGE
+    assert real is not None  # glibc on Linux: the path under test
+
+    def watch(fd: int, start: int, length: int, flags: int) -> int:
+        calls.append((start, length))
+        return real(fd, start, length, flags)
+
+    monkeypatch.setattr(durable_io, "SYNC_FILE_RANGE", watch)
+    return calls
+
+
+def test_every_byte_arrives_and_writeback_starts_every_few_mib(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    calls = watch_writeback(monkeypatch)
     data = os.urandom(5 * WRITE_BEHIND_BYTES + 12345)
-    started: list[int] = []
+    piece = 100_000  # pyarrow writes in pieces like these
 
     def write(f: BinaryIO) -> None:
         assert isinstance(f, PythonWriteBehind)
         view = memoryview(data)
-        for at in range(0, len(data), 100_000):  # pyarrow writes in pieces like these
-            f.write(view[at : at + 100_000])
-            started.append(f._started)
+        for at in range(0, len(data), piece):
+            f.write(view[at : at + piece])
 
     size = publish(tmp_path / "seg.parquet", write, drop_pages=True)
     assert size == len(data)
     assert (tmp_path / "seg.parquet").read_bytes() == data
     assert not (tmp_path / "seg.parquet.tmp").exists()
-    # writeback was started five times, each after WRITE_BEHIND_BYTES more were written
-    steps = sorted(set(started) - {0})
-    assert len(steps) == 5
-    assert all(b - a >= WRITE_BEHIND_BYTES for a, b in zip([0, *steps], steps, strict=False))
+    # five writebacks, back to back, each started at the first piece's end past 2 MiB more
+    assert len(calls) == 5
+    assert [start for start, _ in calls] == [0, *(s + n for s, n in calls[:-1])]
+    assert all(WRITE_BEHIND_BYTES <= n < WRITE_BEHIND_BYTES + piece for _, n in calls)
 
 
 def test_native_publish_starts_writeback_between_pieces(
@@ -49,15 +64,7 @@ def test_native_publish_starts_writeback_between_pieces(
 ) -> None:
     """``publish_native``: the bytes written natively arrive whole, and writeback is
     started (``sync_file_range``, watched here) at a piece's end once 2 MiB are new."""
-    calls: list[tuple[int, int]] = []
-    real = durable_io.SYNC_FILE_RANGE
-    assert real is not None
-
-    def watch(fd: int, start: int, length: int, flags: int) -> int:
-        calls.append((start, length))
-        return real(fd, start, length, flags)
-
-    monkeypatch.setattr(durable_io, "SYNC_FILE_RANGE", watch)
+    calls = watch_writeback(monkeypatch)
     data = os.urandom(3 * WRITE_BEHIND_BYTES + 999)
 
     def write(sink: pa.NativeFile, written: Callable[[], None]) -> None:

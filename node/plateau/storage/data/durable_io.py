@@ -86,9 +86,14 @@ class WriteBehind:
         self._fd = fd
         self.started = 0
 
+    def due(self, position: int) -> bool:
+        """Whether a file of ``position`` bytes has enough new ones to start their writeback."""
+        return SYNC_FILE_RANGE is not None and position - self.started >= WRITE_BEHIND_BYTES
+
     def written(self, position: int) -> None:
         """The file now holds ``position`` bytes: start writeback if enough are new."""
-        if SYNC_FILE_RANGE is not None and position - self.started >= WRITE_BEHIND_BYTES:
+        if self.due(position):
+            assert SYNC_FILE_RANGE is not None
             SYNC_FILE_RANGE(self._fd, self.started, position - self.started, _SYNC_FILE_RANGE_WRITE)
             self.started = position
 
@@ -101,15 +106,11 @@ class PythonWriteBehind:
         self._written = 0
         self._behind = WriteBehind(file.fileno())
 
-    @property
-    def _started(self) -> int:
-        return self._behind.started
-
     def write(self, data: Any) -> int:
         n = self._file.write(data)
         self._written += n
-        if self._written - self._behind.started >= WRITE_BEHIND_BYTES:
-            self._file.flush()
+        if self._behind.due(self._written):
+            self._file.flush()  # Python's buffer first: writeback starts on what the file holds
             self._behind.written(self._written)
         return n
 
