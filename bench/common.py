@@ -18,6 +18,7 @@ import random
 import resource
 import shutil
 import signal
+import statistics
 import sys
 import tempfile
 import threading
@@ -87,6 +88,21 @@ def handle_signals() -> None:
 
     signal.signal(signal.SIGTERM, terminate)
     signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
+def median_known(values: list[float | None]) -> float | None:
+    """The median of the values measured (``None``: not measured), or ``None`` if none were."""
+    got = [v for v in values if v is not None]
+    return statistics.median(got) if got else None
+
+
+def pair_ratios(
+    top: list[dict[str, Any]], bottom: list[dict[str, Any]], key: str
+) -> list[float | None]:
+    """``top[i][key] / bottom[i][key]`` for each pair of runs, to 3 places (``None`` where
+    either is 0); runs are compared pair by pair because the machine drifts between pairs."""
+    pairs = zip(top, bottom, strict=True)
+    return [round(t[key] / b[key], 3) if t[key] and b[key] else None for t, b in pairs]
 
 
 def emit(result: dict[str, Any]) -> None:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import shutil
-import statistics
 import sys
 import tempfile
 import time
@@ -59,7 +58,9 @@ from common import (
     emit,
     handle_signals,
     log,
+    median_known,
     node_env,
+    pair_ratios,
 )
 from ingest import run_phase
 from plateau.protocol.topic_config import SegmentConfig
@@ -232,16 +233,11 @@ def summarize_ceilings(ceilings: list[list[dict[str, Any]]]) -> dict[str, Any]:
     by_gap: dict[str, dict[str, Any]] = {}
     for runs in zip(*ceilings, strict=True):
         by_gap[f"{runs[0]['gap_ms']:g}"] = {
-            "rows_per_s_median": _r(_median([r["rows_per_s"] for r in runs]), 0),
-            "vs_plateau_median": _r(_median([r["vs_plateau"] for r in runs])),
+            "rows_per_s_median": _r(median_known([r["rows_per_s"] for r in runs]), 0),
+            "vs_plateau_median": _r(median_known([r["vs_plateau"] for r in runs])),
             "runs": list(runs),
         }
     return {"by_gap_ms": by_gap}
-
-
-def _median(values: list[float | None]) -> float | None:
-    got = [v for v in values if v is not None]
-    return statistics.median(got) if got else None
 
 
 def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
@@ -254,17 +250,12 @@ def summarize(runs: list[dict[str, Any]]) -> dict[str, Any]:
         "read_rows_per_s",
         "read_again_rows_per_s",
     )
-    out: dict[str, Any] = {f"{k}_median": _r(_median([r[k] for r in runs]), 2) for k in keys}
+    out: dict[str, Any] = {f"{k}_median": _r(median_known([r[k] for r in runs]), 2) for k in keys}
     out["p99_ms_max"] = max(r["p99_ms"] for r in runs)
     out["rejected_429"] = sum(r["rejected_429"] for r in runs)
     out["errors"] = sum(r["errors"] for r in runs)
     out["runs"] = runs
     return out
-
-
-def _ratios(node: list[dict[str, Any]], rs: list[dict[str, Any]], key: str) -> list[float | None]:
-    pairs = zip(node, rs, strict=True)
-    return [_r(n[key] / r[key] if n[key] and r[key] else None) for n, r in pairs]
 
 
 def compare(
@@ -282,10 +273,10 @@ def compare(
             ("read_again_ratio", "read_again_rows_per_s"),
             ("disk_ratio", "disk_bytes_per_row"),
         ):
-            by_pair = _ratios(node, runs[RS], key)
+            by_pair = pair_ratios(node, runs[RS], key)
             entry[f"{name}_by_pair"] = by_pair
-            entry[name] = _r(_median(by_pair))
-        disk = _median([r["disk_bytes_per_row"] for r in node])
+            entry[name] = _r(median_known(by_pair))
+        disk = median_known([r["disk_bytes_per_row"] for r in node])
         entry["disk_saving"] = _r(1 - disk / raw_bytes_per_row if disk is not None else None)
         out[system] = entry
     return out

@@ -64,8 +64,10 @@ class NodeProcess:
         env: dict[str, str] | None = None,
         args: list[str] | None = None,
         preexec: Callable[[], None] | None = None,
+        root: Path = ROOT,
     ) -> None:
         self.data_dir = data_dir
+        self.root = root  # the source tree whose node/ runs (bench/ab_nodes.py: another commit's)
         self.token = token
         self.read_token = read_token
         self.port = free_port()
@@ -89,7 +91,7 @@ class NodeProcess:
         # this tree's node, even under an interpreter that has the dependencies but not
         # this project installed (a benchmark's)
         env["PYTHONPATH"] = os.pathsep.join(
-            [str(ROOT / "node"), *filter(None, [env.get("PYTHONPATH")])]
+            [str(self.root / "node"), *filter(None, [env.get("PYTHONPATH")])]
         )
         cmd = [
             sys.executable,
