@@ -160,8 +160,8 @@ def tune_interpreter(switch_interval_ms: float) -> float:
     and most Arrow calls) and taking it back, and a thread taking it back waits
     up to a whole slice for each thread that is busy in Python meanwhile. At
     Python's 5 ms an operator's admin call, which gives the GIL up a few dozen
-    times, could wait seconds behind busy appenders; 1 ms bounds those waits
-    and costs nothing measurable in throughput (``server.gil_switch_interval_ms``).
+    times, could wait seconds behind busy threads in the engine; 1 ms bounds those
+    waits, and cost no throughput measurable here (``server.gil_switch_interval_ms``).
     """
     sys.setswitchinterval(switch_interval_ms / 1000)
     return sys.getswitchinterval() * 1000
