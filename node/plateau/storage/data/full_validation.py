@@ -55,10 +55,6 @@ def validate_batch(batch: pa.RecordBatch) -> None:
     validate_table(pa.Table.from_batches([batch]))
 
 
-def validate_array(array: pa.Array) -> None:
-    (binary_view(array) or array).validate(full=True)
-
-
 def binary_view(array: pa.Array) -> pa.Array | None:
     """The array as binary over the same buffers if its data is all ASCII; else None.
 
