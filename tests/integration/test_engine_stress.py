@@ -28,7 +28,7 @@ import pyarrow as pa
 from plateau.protocol.errors import Busy
 from plateau.protocol.topic_config import TopicConfigRequest
 from plateau.server.config import ServerSettings
-from plateau.server.run import tune_interpreter
+from plateau.server.tuning import tune_interpreter
 from plateau.storage.config import StorageSettings
 from plateau.storage.engine import Engine
 from testkit.stress import assert_indexes_never_reused, operator_mix, run_stress

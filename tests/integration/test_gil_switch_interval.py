@@ -15,7 +15,7 @@ import pytest
 
 from testkit.nodeproc import NodeProcess
 
-SERVING = re.compile(r"plateau node serving .* \(GIL switch interval ([0-9.]+) ms\)")
+SERVING = re.compile(r"plateau node serving .* \(GIL switch interval ([0-9.]+) ms[,)]")
 
 
 def interval_in_log(proc: NodeProcess) -> float:

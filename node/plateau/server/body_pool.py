@@ -1,7 +1,7 @@
 """Recycled memory for large append bodies, so that no body is faulted in anew.
 
 Why: a body of a few MB joined into fresh ``bytes`` lands in a new anonymous
-mapping (``run.tune_malloc`` keeps blocks of 1 MiB and more out of the heap so
+mapping (``tuning.tune_malloc`` keeps blocks of 1 MiB and more out of the heap so
 that freed bodies go back to the kernel), and the kernel faults in and zeroes
 each of its 4 KiB pages. perf put 45% of the event loop thread's time in that
 join and its page faults under issue 28's load (4 writers, 1.3 MB bodies), and

@@ -10,10 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import logging
 import os
-import platform
 import signal
 import socket
 import sys
@@ -30,6 +28,7 @@ from plateau.server.config import NodeConfig
 from plateau.server.data_plane import DataPlane
 from plateau.server.front_wire import adopter
 from plateau.server.state import NodeState
+from plateau.server.tuning import tune_arrow_pool, tune_interpreter, tune_malloc
 from plateau.storage.engine import Engine
 
 log = logging.getLogger("plateau.server")
@@ -128,45 +127,6 @@ class NodeServer(uvicorn.Server):
                 signal.signal(sig, handler)
 
 
-M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
-MMAP_THRESHOLD_BYTES = 1024 * 1024
-
-
-def tune_malloc() -> None:
-    """Give append bodies (Python ``bytes`` of a few MB) back to the kernel when freed.
-
-    glibc raises its mmap threshold each time a large mmapped block is freed
-    (up to 32 MiB), so after the first few bodies every later one comes from
-    the heap arenas, and freed bodies stay in the process as fragmented free
-    space: with 48 writers of 2.6 MB bodies that was about 200 MB of RSS beyond
-    what the node holds. A fixed threshold (which also turns the adjustment
-    off) keeps blocks of 1 MiB and more in their own mappings, unmapped on
-    free. The environment (``MALLOC_MMAP_THRESHOLD_``) overrides it.
-
-    Large Arrow bodies no longer come from malloc at all (``body_pool`` recycles
-    their memory without faulting it in again); the threshold still keeps JSON
-    bodies and other large blocks from fragmenting the heap.
-    """
-    if platform.libc_ver()[0] != "glibc" or "MALLOC_MMAP_THRESHOLD_" in os.environ:
-        return
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None).mallopt(M_MMAP_THRESHOLD, MMAP_THRESHOLD_BYTES)
-
-
-def tune_interpreter(switch_interval_ms: float) -> float:
-    """Set the GIL's switch interval; returns the interval now in force, in ms.
-
-    Why: the node's threads keep giving the GIL up (every fsync, socket call
-    and most Arrow calls) and taking it back, and a thread taking it back waits
-    up to a whole slice for each thread that is busy in Python meanwhile. At
-    Python's 5 ms an operator's admin call, which gives the GIL up a few dozen
-    times, could wait seconds behind busy threads in the engine; 1 ms bounds those
-    waits, and cost no throughput measurable here (``server.gil_switch_interval_ms``).
-    """
-    sys.setswitchinterval(switch_interval_ms / 1000)
-    return sys.getswitchinterval() * 1000
-
-
 def run_node(settings: NodeConfig) -> None:
     """Serve until SIGTERM/SIGINT; exits with status 2 and one line on stderr if it cannot start."""
     tune_malloc()
@@ -175,6 +135,7 @@ def run_node(settings: NodeConfig) -> None:
     logging.basicConfig(
         level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    pool = tune_arrow_pool(settings.server.arrow_memory_pool)  # before anything allocates
     sock: socket.socket | None = None
     try:
         sock = bind_socket(*parse_bind(settings.server.bind))
@@ -199,10 +160,11 @@ def run_node(settings: NodeConfig) -> None:
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
     )
     log.info(
-        "plateau node serving %s on http://%s (GIL switch interval %g ms)",
+        "plateau node serving %s on http://%s (GIL switch interval %g ms, Arrow memory pool %s)",
         settings.storage.data_dir,
         settings.server.bind,
         switch_ms,
+        pool,
     )
     public: socket.socket | None = None
     if settings.server.threaded_appends:
