@@ -8,7 +8,9 @@ know stops it before it opens anything, exit 2, naming the setting.
 
 from __future__ import annotations
 
+import os
 import re
+import sys
 from pathlib import Path
 
 import httpx
@@ -16,6 +18,7 @@ import pyarrow as pa
 import pytest
 
 from plateau.protocol import ARROW_FILE
+from plateau.server.tuning import ARROW_POOL_ENV, choose_arrow_pool
 from testkit.nodeproc import NodeProcess
 
 SERVING = re.compile(r"plateau node serving .* Arrow memory pool (\w+)\)")
@@ -24,7 +27,7 @@ SERVING = re.compile(r"plateau node serving .* Arrow memory pool (\w+)\)")
 def pool_in_log(proc: NodeProcess) -> str:
     found = SERVING.findall(proc.log_path.read_text(errors="replace"))
     assert found, proc.log()
-    return found[-1]
+    return str(found[-1])
 
 
 def has_jemalloc() -> bool:
@@ -39,7 +42,8 @@ def ipc(table: pa.Table) -> bytes:
     sink = pa.BufferOutputStream()
     with pa.ipc.new_file(sink, table.schema) as out:
         out.write_table(table)
-    return sink.getvalue().to_pybytes()
+    data: bytes = sink.getvalue().to_pybytes()
+    return data
 
 
 @pytest.mark.parametrize(("value", "expected"), [(None, "jemalloc"), ("mimalloc", "mimalloc")])
@@ -74,3 +78,12 @@ def test_an_unknown_pool_stops_the_node_with_exit_2(tmp_path: Path, value: str) 
         proc.start(timeout=10)
     assert proc.proc is not None and proc.proc.returncode == 2
     assert not (tmp_path / "data").exists()  # refused before the engine opened the directory
+
+
+def test_the_pool_cannot_be_chosen_once_pyarrow_is_loaded() -> None:
+    """Arrow reads the variable once, as it loads: too late, and the node refuses to pretend."""
+    assert "pyarrow" in sys.modules  # this test process has loaded it (import above)
+    before = os.environ.get(ARROW_POOL_ENV)
+    with pytest.raises(RuntimeError, match="before pyarrow loads"):
+        choose_arrow_pool("system")
+    assert os.environ.get(ARROW_POOL_ENV) == before  # nothing changed

@@ -63,6 +63,9 @@ def node(
             ArchiveUrl.parse(settings.storage.archive.url)
         except InvalidInput as exc:
             fail(f"bad settings: storage.archive.url: {exc.message}")
+    from plateau.server.tuning import choose_arrow_pool
+
+    choose_arrow_pool(settings.server.arrow_memory_pool)  # before run_node's imports load pyarrow
     from plateau.server.run import run_node
 
     run_node(settings)

@@ -93,12 +93,13 @@ class ServerSettings(BaseModel):
     arrow_memory_pool: Literal["jemalloc", "mimalloc", "system"] = Field(
         default="jemalloc",
         description="The allocator behind every Arrow buffer the node makes (decoded "
-        "segments, read replies, compressed batches). pyarrow's default, mimalloc, faulted "
-        "in 2-4 thousand fresh 2 MiB pages (4-8 GiB zeroed by the kernel) over a fresh "
-        "node's first read of 8M rows, jemalloc 27 thousand 4 KiB ones: that read went "
-        "1.12x faster (median of 13 pairs, 0.97-1.38) with a third lower page p99, at the "
-        "same ingest rate and memory under a limit (docs/ingest.md). Where pyarrow was "
-        "built without the one named, the node logs a warning and keeps pyarrow's default.",
+        "segments, read replies, compressed batches). Under pyarrow's default, mimalloc, a "
+        "fresh node's first read of 8M rows faulted in 2-3 thousand fresh 2 MiB pages (4-6 "
+        "GiB zeroed by the kernel), under jemalloc about 200 MiB of 4 KiB ones: that read "
+        "went 1.18x faster (median of 13 pairs, 0.97-1.38) with a third lower page p99, at "
+        "the same ingest rate and memory under a limit (docs/ingest.md). The node sets "
+        "Arrow's ARROW_DEFAULT_MEMORY_POOL from this before pyarrow loads; where pyarrow "
+        "was built without the one named, the node logs a warning and Arrow keeps its own.",
     )
 
 

@@ -28,7 +28,7 @@ from plateau.server.config import NodeConfig
 from plateau.server.data_plane import DataPlane
 from plateau.server.front_wire import adopter
 from plateau.server.state import NodeState
-from plateau.server.tuning import tune_arrow_pool, tune_interpreter, tune_malloc
+from plateau.server.tuning import arrow_pool_in_force, tune_interpreter, tune_malloc
 from plateau.storage.engine import Engine
 
 log = logging.getLogger("plateau.server")
@@ -135,7 +135,7 @@ def run_node(settings: NodeConfig) -> None:
     logging.basicConfig(
         level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
-    pool = tune_arrow_pool(settings.server.arrow_memory_pool)  # before anything allocates
+    pool = arrow_pool_in_force(settings.server.arrow_memory_pool)
     sock: socket.socket | None = None
     try:
         sock = bind_socket(*parse_bind(settings.server.bind))

@@ -14,8 +14,6 @@ import os
 import platform
 import sys
 
-import pyarrow as pa
-
 log = logging.getLogger("plateau.server")
 
 M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
@@ -57,30 +55,39 @@ def tune_interpreter(switch_interval_ms: float) -> float:
     return sys.getswitchinterval() * 1000
 
 
-ARROW_POOLS = {
-    "jemalloc": pa.jemalloc_memory_pool,
-    "mimalloc": pa.mimalloc_memory_pool,
-    "system": pa.system_memory_pool,
-}
+ARROW_POOL_ENV = "ARROW_DEFAULT_MEMORY_POOL"
 
 
-def tune_arrow_pool(name: str) -> str:
-    """Make ``name`` Arrow's default pool; returns the backend now in force.
+def choose_arrow_pool(name: str) -> None:
+    """Name the allocator behind Arrow's buffers; call it before pyarrow loads.
 
     Why jemalloc by default: under pyarrow's own default, mimalloc, a fresh
     node's first read of 8M rows faulted in thousands of fresh 2 MiB pages
     (each zeroed by the kernel: a quarter of the node's CPU in that read)
     for replies and decoded row groups that came and went; jemalloc faulted
-    in about 100 MiB of 4 KiB pages for the same read. A pyarrow built without the one named (jemalloc is absent from some
-    platforms' wheels) keeps its default, with a warning, rather than refusing
-    to start.
+    in about 200 MiB of 4 KiB pages for the same read.
+
+    Why the environment: Arrow's C++ code allocates from its default pool,
+    which it picks once, from ``ARROW_DEFAULT_MEMORY_POOL``, as the library
+    loads. ``pa.set_memory_pool`` afterwards changes pyarrow's calls only:
+    measured, most of a read's buffers (IPC decompression among them) still
+    came from mimalloc. The ``plateau node`` command loads no pyarrow before
+    its settings are read, so it can set the variable from the settings.
     """
-    try:
-        pa.set_memory_pool(ARROW_POOLS[name]())
-    except NotImplementedError:
-        log.warning(
-            "server.arrow_memory_pool %s is not in this pyarrow build; keeping %s",
-            name,
-            pa.default_memory_pool().backend_name,
-        )
-    return str(pa.default_memory_pool().backend_name)
+    if "pyarrow" in sys.modules:
+        raise RuntimeError("the Arrow memory pool is chosen before pyarrow loads")
+    os.environ[ARROW_POOL_ENV] = name
+
+
+def arrow_pool_in_force(wanted: str) -> str:
+    """The backend of Arrow's default pool; a warning when it is not ``wanted``.
+
+    A pyarrow built without the one named (jemalloc is absent from some
+    platforms' wheels) falls back to its default: the node runs on, and says so.
+    """
+    import pyarrow as pa
+
+    name = str(pa.default_memory_pool().backend_name)
+    if name != wanted:
+        log.warning("server.arrow_memory_pool %s: not in this pyarrow, Arrow uses %s", wanted, name)
+    return name
