@@ -446,6 +446,12 @@ class Engine:
         With a ``focus``, only what it selects (see ``focus``), read without
         the columns it leaves out. Indexes no longer on the local disk are read from
         the archive (``archived`` counts them).
+
+        The rows may be slices of a whole decoded row group or append body
+        (``record_reads._compact`` is skipped): the caller, the server, encodes
+        them into its reply at once and drops them, so what they keep alive is
+        held for that long only, and a 10,000-row page of a 65,536-row Parquet
+        row group is no longer copied once before the reply copies it again.
         """
         check_name("partition", partition)
         archived = self._archived(topic)
@@ -459,7 +465,16 @@ class Engine:
             view = p.view()
             run = archived(partition, view) if archived and start < view.start else None
             return record_reads.read_range(
-                view, self.data_dir, self._cache, start, limit, time_range, max_bytes, focus, run
+                view,
+                self.data_dir,
+                self._cache,
+                start,
+                limit,
+                time_range,
+                max_bytes,
+                focus,
+                run,
+                compact=False,
             )
 
         with self.progress.track(f"read {topic}/{partition}"):
