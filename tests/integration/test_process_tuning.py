@@ -1,9 +1,10 @@
-"""``server.arrow_memory_pool``: the node's Arrow buffers come from the allocator it names.
+"""The node's process-wide knobs (``server.tuning``) reach the process, seen in its log.
 
-A real node process: its startup line reports the backend of Arrow's default
-pool after ``run_node`` set it (read back from pyarrow, not echoed from the
-setting), and appends and reads work on each pool. A name the node does not
-know stops it before it opens anything, exit 2, naming the setting.
+Real node processes. The startup line reports what is in force after
+``run_node`` set it, read back from the interpreter (``sys.getswitchinterval``)
+and from pyarrow (the default pool's backend), not echoed from the settings, so
+an operator can see it in the pod's log. Bad values stop the node before it
+opens anything, exit 2, naming the setting.
 """
 
 from __future__ import annotations
@@ -21,13 +22,17 @@ from plateau.protocol import ARROW_FILE
 from plateau.server.tuning import ARROW_POOL_ENV, choose_arrow_pool
 from testkit.nodeproc import NodeProcess
 
-SERVING = re.compile(r"plateau node serving .* Arrow memory pool (\w+)\)")
+SERVING = re.compile(
+    r"plateau node serving .* \(GIL switch interval ([0-9.]+) ms, Arrow memory pool (\w+)\)"
+)
 
 
-def pool_in_log(proc: NodeProcess) -> str:
+def in_force(proc: NodeProcess) -> tuple[float, str]:
+    """The GIL switch interval and the Arrow pool the node's startup line reports."""
     found = SERVING.findall(proc.log_path.read_text(errors="replace"))
     assert found, proc.log()
-    return str(found[-1])
+    interval, pool = found[-1]
+    return float(interval), str(pool)
 
 
 def has_jemalloc() -> bool:
@@ -46,16 +51,29 @@ def ipc(table: pa.Table) -> bytes:
     return data
 
 
-@pytest.mark.parametrize(("value", "expected"), [(None, "jemalloc"), ("mimalloc", "mimalloc")])
-def test_the_node_allocates_from_the_configured_pool(
-    tmp_path: Path, value: str | None, expected: str
+@pytest.mark.parametrize(
+    ("env", "interval", "pool"),
+    [
+        ({}, 1.0, "jemalloc"),
+        (
+            {
+                "PLATEAU_SERVER__GIL_SWITCH_INTERVAL_MS": "2.5",
+                "PLATEAU_SERVER__ARROW_MEMORY_POOL": "mimalloc",
+            },
+            2.5,
+            "mimalloc",
+        ),
+        ({"PLATEAU_SERVER__ARROW_MEMORY_POOL": "system"}, 1.0, "system"),
+    ],
+)
+def test_the_node_runs_with_the_configured_knobs(
+    tmp_path: Path, env: dict[str, str], interval: float, pool: str
 ) -> None:
-    if expected == "jemalloc" and not has_jemalloc():
-        expected = pa.default_memory_pool().backend_name  # the node keeps it, with a warning
-    env = {} if value is None else {"PLATEAU_SERVER__ARROW_MEMORY_POOL": value}
+    if pool == "jemalloc" and not has_jemalloc():
+        pool = pa.default_memory_pool().backend_name  # the node keeps it, with a warning
     proc = NodeProcess(tmp_path / "data", env=env).start()
     try:
-        assert pool_in_log(proc) == expected
+        assert in_force(proc) == (interval, pool)
         table = pa.table(
             {"time": pa.array(range(1000), pa.int64()), "v": [str(i) for i in range(1000)]}
         )
@@ -71,10 +89,22 @@ def test_the_node_allocates_from_the_configured_pool(
         proc.stop()
 
 
-@pytest.mark.parametrize("value", ["tcmalloc", "", "JEMALLOC "])
-def test_an_unknown_pool_stops_the_node_with_exit_2(tmp_path: Path, value: str) -> None:
-    proc = NodeProcess(tmp_path / "data", env={"PLATEAU_SERVER__ARROW_MEMORY_POOL": value})
-    with pytest.raises(RuntimeError, match="arrow_memory_pool"):
+@pytest.mark.parametrize(
+    ("setting", "value"),
+    [
+        ("gil_switch_interval_ms", "0"),
+        ("gil_switch_interval_ms", "-1"),
+        ("gil_switch_interval_ms", "101"),
+        ("gil_switch_interval_ms", "fast"),
+        ("arrow_memory_pool", "tcmalloc"),
+        ("arrow_memory_pool", ""),
+        ("arrow_memory_pool", "JEMALLOC "),
+    ],
+)
+def test_a_bad_value_stops_the_node_with_exit_2(tmp_path: Path, setting: str, value: str) -> None:
+    env = {f"PLATEAU_SERVER__{setting.upper()}": value}
+    proc = NodeProcess(tmp_path / "data", env=env)
+    with pytest.raises(RuntimeError, match=setting):
         proc.start(timeout=10)
     assert proc.proc is not None and proc.proc.returncode == 2
     assert not (tmp_path / "data").exists()  # refused before the engine opened the directory
