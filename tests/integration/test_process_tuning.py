@@ -20,6 +20,7 @@ import pytest
 
 from plateau.protocol import ARROW_FILE
 from plateau.server.tuning import ARROW_POOL_ENV, choose_arrow_pool
+from testkit.arrowhttp import append
 from testkit.nodeproc import NodeProcess
 
 SERVING = re.compile(
@@ -41,14 +42,6 @@ def has_jemalloc() -> bool:
     except NotImplementedError:
         return False
     return True
-
-
-def ipc(table: pa.Table) -> bytes:
-    sink = pa.BufferOutputStream()
-    with pa.ipc.new_file(sink, table.schema) as out:
-        out.write_table(table)
-    data: bytes = sink.getvalue().to_pybytes()
-    return data
 
 
 @pytest.mark.parametrize(
@@ -78,9 +71,7 @@ def test_the_node_runs_with_the_configured_knobs(
             {"time": pa.array(range(1000), pa.int64()), "v": [str(i) for i in range(1000)]}
         )
         with httpx.Client(base_url=proc.url) as http:
-            r = http.post(
-                "/topic/t/partition/p", content=ipc(table), headers={"content-type": ARROW_FILE}
-            )
+            r = append(http, "t", "p", table)
             assert r.status_code == 200, r.text
             r = http.get("/topic/t/partition/p/records?start=0", headers={"accept": ARROW_FILE})
             assert r.status_code == 200, r.text
