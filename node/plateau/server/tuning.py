@@ -85,7 +85,7 @@ def arrow_pool_in_force(wanted: str) -> str:
     A pyarrow built without the one named (jemalloc is absent from some
     platforms' wheels) falls back to its default: the node runs on, and says so.
     """
-    import pyarrow as pa
+    import pyarrow as pa  # here, not above: choose_arrow_pool runs before pyarrow may load
 
     name = str(pa.default_memory_pool().backend_name)
     if name != wanted:
