@@ -63,6 +63,13 @@ def test_kill_9_loses_no_acknowledged_record(tmp_path: Path, fmt: str) -> None:
         ]
         for t in threads:
             t.start()
+        # under way first (a fresh node's first append can take a second or two:
+        # imports), then 1.5 s more of sustained appends
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and min(len(a) for a in acked.values()) < 20 * (
+            round_ + 1
+        ):
+            time.sleep(0.05)
         time.sleep(1.5)
         node.kill()  # SIGKILL while the writers are mid-append
         stop.set()
