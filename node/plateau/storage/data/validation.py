@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import struct
 import time
 
 import pyarrow as pa
@@ -11,7 +10,6 @@ import pyarrow.compute as pc
 from plateau.protocol.errors import InvalidInput
 
 TIME = "time"
-_I64 = struct.Struct("<q")
 
 
 def _walk(dtype: pa.DataType) -> list[pa.DataType]:
@@ -67,17 +65,6 @@ def prepare(table: pa.Table, fmt: str) -> pa.Table:
         if col.null_count:
             raise InvalidInput("column 'time' has null values")
     else:
-        table = table.append_column(TIME, _stamp(int(time.time() * 1000), table.num_rows))
+        now_ms = int(time.time() * 1000)
+        table = table.append_column(TIME, pa.repeat(pa.scalar(now_ms, pa.int64()), table.num_rows))
     return table.combine_chunks() if table.column(0).num_chunks > 64 else table
-
-
-def _stamp(now_ms: int, rows: int) -> pa.Array:
-    """``rows`` copies of ``now_ms``, built from bytes.
-
-    Why not ``pa.repeat(pa.scalar(...))``: converting a Python value makes pyarrow
-    import pandas when it is installed (it is, beside PySpark), and the first
-    append without a ``time`` column after the node started then stalled on that
-    import: 1.2-2.4 s where Python writes no bytecode (``PYTHONDONTWRITEBYTECODE``),
-    and 40-60 MB of RSS the node never uses.
-    """
-    return pa.Array.from_buffers(pa.int64(), rows, [None, pa.py_buffer(_I64.pack(now_ms) * rows)])
