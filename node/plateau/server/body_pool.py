@@ -140,11 +140,18 @@ class Pieces:
 
 class BodyPool:
     def __init__(
-        self, limit_bytes: int, max_idle_bytes: int, idle_seconds: float = IDLE_SECONDS
+        self,
+        limit_bytes: int,
+        max_idle_bytes: int,
+        idle_seconds: float = IDLE_SECONDS,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        """``clock`` is for tests: a test that sleeps past ``idle_seconds`` and sweeps once
+        between can be overtaken by a loaded machine (CI saw it), a clock it turns cannot."""
         self.limit_bytes = limit_bytes
         self.max_idle_bytes = max_idle_bytes
         self.idle_seconds = idle_seconds
+        self._clock = clock
         self._lock = threading.Lock()
         self._returned: collections.deque[Region] = collections.deque()  # not yet filed
         self._idle: dict[int, list[Region]] = {}  # by capacity, most recently returned last
@@ -171,7 +178,7 @@ class BodyPool:
     def lease(self, size: int) -> Lease:
         capacity = size_class(size)
         with self._lock:
-            unmap = self._file_returned(time.monotonic())
+            unmap = self._file_returned(self._clock())
             free = self._idle.get(capacity)
             region = free.pop() if free else None
             if region is not None:
@@ -196,7 +203,7 @@ class BodyPool:
         if not self._lock.acquire(blocking=False):
             return
         try:
-            unmap = self._file_returned(time.monotonic())
+            unmap = self._file_returned(self._clock())
             counts = self._idle_bytes, self._leased_bytes
         finally:
             self._lock.release()
@@ -207,7 +214,7 @@ class BodyPool:
         it every second, so that a node that stopped receiving large bodies gives their
         memory back too."""
         with self._lock:
-            unmap = self._file_returned(time.monotonic())
+            unmap = self._file_returned(self._clock())
             counts = self._idle_bytes, self._leased_bytes
         self._publish(*counts, unmap)
 
@@ -257,7 +264,7 @@ class BodyPool:
         """Unmap the idle regions (leased ones go when their last buffer does)."""
         with self._lock:
             self.limit_bytes = self.max_idle_bytes = 0
-            unmap = self._file_returned(time.monotonic())
+            unmap = self._file_returned(self._clock())
             unmap += [r for free in self._idle.values() for r in free]
             self._idle = {}
             self._idle_bytes = 0
