@@ -42,8 +42,17 @@ _plateau_bootstrap() {
     export UV_PYTHON_DOWNLOADS=never
     export UV_PYTHON="${UV_PYTHON:-python3.11}"
     # The spark extra too: the Spark tests run PySpark (the node image installs no extras).
-    "$UV" sync --directory "$root" --frozen --quiet --extra spark || {
+    # Bytecode at install time: where PYTHONDONTWRITEBYTECODE is set (CI machines set it)
+    # Python writes no .pyc, and every process compiles what it imports from source again
+    # (pandas alone: 2.3 s against 0.6 s). The project's own packages likewise, once a
+    # sync; a stale .pyc is never used (Python checks the source's mtime).
+    "$UV" sync --directory "$root" --frozen --quiet --extra spark --compile-bytecode || {
         builtin echo "bootstrap: failed: uv sync in $root (exit $?; $UV_PYTHON is required)" >&2
+        return 1
+    }
+    "$root/.venv/bin/python" -m compileall -q -j 0 "$root/node" "$root/operator" \
+        "$root/testkit" "$root/bench" >/dev/null || {
+        builtin echo "bootstrap: failed: compiling $root's own Python" >&2
         return 1
     }
     # First on PATH once: sourcing again does not stack copies.
