@@ -28,7 +28,12 @@ from plateau.server.config import NodeConfig
 from plateau.server.data_plane import DataPlane
 from plateau.server.front_wire import adopter
 from plateau.server.state import NodeState
-from plateau.server.tuning import arrow_pool_in_force, tune_interpreter, tune_malloc
+from plateau.server.tuning import (
+    arrow_pool_in_force,
+    tune_interpreter,
+    tune_malloc,
+    warm_lazy_imports,
+)
 from plateau.storage.engine import Engine
 
 log = logging.getLogger("plateau.server")
@@ -136,6 +141,7 @@ def run_node(settings: NodeConfig) -> None:
         level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
     pool = arrow_pool_in_force(settings.server.arrow_memory_pool)
+    warm_lazy_imports()
     sock: socket.socket | None = None
     try:
         sock = bind_socket(*parse_bind(settings.server.bind))

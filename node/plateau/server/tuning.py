@@ -91,3 +91,22 @@ def arrow_pool_in_force(wanted: str) -> str:
     if name != wanted:
         log.warning("server.arrow_memory_pool %s: not in this pyarrow, Arrow uses %s", wanted, name)
     return name
+
+
+def warm_lazy_imports() -> None:
+    """Pay, before the node serves, for what pyarrow imports on first use.
+
+    pyarrow imports pandas, where it is installed (beside PySpark, in a development
+    or test environment; the node's image has none), the first time it converts a
+    Python value or writes a Parquet file. On a serving node that import landed on
+    the first append without a ``time`` column or on the first Parquet seal, and
+    held the GIL throughout: 0.6 s from bytecode, 2.3 s where Python writes none
+    (``PYTHONDONTWRITEBYTECODE``). A first seal that slow let a writer fill a
+    partition of 4 MiB Parquet segments faster than they sealed, and its appends
+    were refused (429).
+    """
+    import pyarrow as pa  # here, not above: choose_arrow_pool runs before pyarrow may load
+    import pyarrow.parquet as pq
+
+    one = pa.table({"time": pa.repeat(pa.scalar(0, pa.int64()), 1)})
+    pq.write_table(one, pa.BufferOutputStream())
