@@ -86,7 +86,7 @@ class ClientStats:
     last_done: float = 0.0
 
 
-STAGES = ("body", "queue", "decode", "write", "durable")
+STAGES = ("body", "queue", "decode", "encode", "write", "durable")
 """The node's ``plateau_append_stage_seconds`` labels, in the order an append meets them."""
 
 

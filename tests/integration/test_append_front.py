@@ -357,7 +357,7 @@ def test_every_stage_of_a_threaded_append_is_timed(
         assert response(f)[0] == 200
     after = _stage_counts(node)
     # queue: the wait for one of server.append_concurrency slots (no hop to another thread)
-    for stage in ("body", "queue", "decode", "write", "durable"):
+    for stage in ("body", "queue", "decode", "encode", "write", "durable"):
         assert after.get(stage, 0) >= before.get(stage, 0) + 1, stage
 
 

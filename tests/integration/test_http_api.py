@@ -417,7 +417,7 @@ def test_every_stage_of_an_acknowledged_append_is_timed(
     before = _stage_counts(shared.url)
     append(client, fresh_topic(), "0", sample(2))
     after = _stage_counts(shared.url)
-    for stage in ("body", "queue", "decode", "write", "durable"):
+    for stage in ("body", "queue", "decode", "encode", "write", "durable"):
         assert after.get(stage, 0) >= before.get(stage, 0) + 1, stage
 
 

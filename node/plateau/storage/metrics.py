@@ -69,8 +69,9 @@ FSYNC_SECONDS = Histogram(
 APPEND_STAGE_SECONDS = Histogram(
     "plateau_append_stage_seconds",
     "Where an append's time goes: body (receiving the request body), queue (waiting for a "
-    "worker thread), decode (parsing and validating), write (partition lock and writing "
-    "into the open segment), durable (waiting for the group-commit fsync)",
+    "worker thread), decode (parsing and validating), encode (each batch as the segment "
+    "stores it: as sent, or compressed per column), write (partition lock and writing into "
+    "the open segment), durable (waiting for the group-commit fsync)",
     ["stage"],
     buckets=(0.0001, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 5),
 )

@@ -55,6 +55,7 @@ partitions filling at the same rate roll together, and with Parquet two of their
 seals wait for ``REWRITES_AT_ONCE``. A second place lets the append go on into a
 new segment while the seals catch up; the memory budget (``MemoryBudget``) still
 bounds the open and sealing segments of all partitions together."""
+_STAGE_ENCODE = APPEND_STAGE_SECONDS.labels(stage="encode")
 _STAGE_WRITE = APPEND_STAGE_SECONDS.labels(stage="write")
 _STAGE_DURABLE = APPEND_STAGE_SECONDS.labels(stage="durable")
 
@@ -152,6 +153,8 @@ class Partition:
             nbytes = table.nbytes
         encoded, plan = self._encode(table, config, messages)
         bounds = time_bounds_ms(table.column(TIME))  # CPU work: outside the lock
+        encoded_at = time.perf_counter()
+        _STAGE_ENCODE.observe(encoded_at - started)
         deadline = time.monotonic() + SCHEMA_CHANGE_WAIT
         seg: OpenSegment | None = None
         with self.lock:
@@ -190,7 +193,7 @@ class Partition:
             start = self.next_index
             self.next_index = Index(start + table.num_rows)
         written = time.perf_counter()
-        _STAGE_WRITE.observe(written - started)
+        _STAGE_WRITE.observe(written - encoded_at)
         self._count(plan, encoded)
         if not self._relaxed:
             seg.commit.wait(seq)
