@@ -19,7 +19,6 @@ settings (``s3_settings``), as ``read_stream`` does for streams.
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Mapping
 from typing import Any
 
@@ -30,9 +29,9 @@ from plateau.protocol.archive import ArchiveManifest, ArchiveUrl, manifest_key
 from plateau.spark.archive_plan import (
     ArchiveListing,
     archived,
-    decode_manifest,
     footer_schema,
     on_node,
+    read_manifest,
 )
 from plateau.spark.merge import SchemaConflict, merge_schemas, wanted
 from plateau.spark.options import ArchiveS3, OptionError, SourceOptions, parse
@@ -45,7 +44,6 @@ from plateau.spark.url_reading import RemoteListing
 log = logging.getLogger(__name__)
 
 FOOTER_READ = 16 * 1024  # one ranged GET holds most footers (py4j copies it slowly)
-MANIFEST_ATTEMPTS = 5
 
 
 class HadoopFiles:
@@ -94,21 +92,19 @@ class HadoopFiles:
 def load_manifest(files: HadoopFiles, root: str, topic: str) -> ArchiveManifest:
     """The topic's archive manifest; none yet (nothing uploaded) is an empty one."""
     url = f"{root}/{manifest_key(topic)}"
-    for attempt in range(MANIFEST_ATTEMPTS):
+
+    def fetch() -> bytes | None:
         try:
-            data = files.read(url)
-            break
+            return files.read(url)
         except Exception as e:  # py4j wraps the JVM's exception: its message says what
-            # S3A opens an object at the version its HEAD saw: the node replacing the
-            # manifest in between fails the read (412); the next attempt sees the new one
-            if attempt + 1 == MANIFEST_ATTEMPTS:
-                why = _java_message(e)
-                raise OptionError(f"option 'archive': cannot read {url}: {why}") from None
-            time.sleep(0.1 * (attempt + 1))
-    if data is None:
+            why = _java_message(e)
+            raise OptionError(f"option 'archive': cannot read {url}: {why}") from None
+
+    manifest = read_manifest(fetch, url, topic)
+    if manifest is None:
         log.warning("no archive manifest at %s: nothing archived yet, reading the node only", url)
         return ArchiveManifest(topic=topic, updated_at=0.0)
-    return decode_manifest(data, url, topic)
+    return manifest
 
 
 def _java_message(e: Exception) -> str:

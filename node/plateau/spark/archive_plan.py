@@ -22,6 +22,7 @@ schemas are fetched is theirs (S3A through Spark's JVM, or pyarrow).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 
 import pyarrow as pa
@@ -34,6 +35,31 @@ from plateau.spark.options import OptionError, SourceOptions
 from plateau.spark.plan import Listing, Slice, report_loss
 
 ARCHIVED = "archived"  # Slice.format of an archived segment: a Parquet object in the archive
+MANIFEST_ATTEMPTS = 5  # reads of the manifest before a bad one is an error (~1.5 s of waits)
+
+
+def read_manifest(
+    fetch: Callable[[], bytes | None], where: str, topic: str
+) -> ArchiveManifest | None:
+    """The manifest ``fetch`` reads (``None``: there is none), read again when it fails.
+
+    The node replaces the manifest object in place while readers read it. S3 itself
+    serves a GET racing a PUT one whole version; some S3-compatible stores do not:
+    SeaweedFS serves one version's length with the other's bytes (bytes missing,
+    extra or zeroed), and S3A refuses a read whose object changed after its HEAD
+    (412). Either way the next read sees the new object whole, so a read or a decode
+    that fails is tried again; only one that still fails after ``MANIFEST_ATTEMPTS``
+    is an error (``fetch``'s ``OptionError`` or the decode's).
+    """
+    for attempt in range(MANIFEST_ATTEMPTS):
+        try:
+            data = fetch()
+            return None if data is None else decode_manifest(data, where, topic)
+        except OptionError:
+            if attempt + 1 == MANIFEST_ATTEMPTS:
+                raise
+            time.sleep(0.1 * (attempt + 1))
+    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def decode_manifest(data: bytes, where: str, topic: str) -> ArchiveManifest:

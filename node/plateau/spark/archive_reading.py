@@ -29,7 +29,7 @@ import pyarrow.parquet as pq
 
 from plateau.protocol.archive import ArchiveManifest, manifest_key
 from plateau.protocol.values import Span
-from plateau.spark.archive_plan import ArchiveListing, decode_manifest
+from plateau.spark.archive_plan import ArchiveListing, read_manifest
 from plateau.spark.options import ArchiveS3, OptionError, SourceOptions
 from plateau.spark.path_reading import parquet_slice
 from plateau.spark.plan import Listing, Slice, report_loss
@@ -63,15 +63,22 @@ def load_manifest(options: SourceOptions) -> ArchiveManifest:
     """The topic's archive manifest; none yet (nothing uploaded) is an empty one."""
     assert options.archive is not None
     where = f"{options.archive}/{manifest_key(options.topic)}"
-    try:
-        with filesystem(options.archive_s3).open_input_stream(where) as f:
-            data = f.read()
-    except FileNotFoundError:
+
+    def fetch() -> bytes | None:
+        try:
+            with filesystem(options.archive_s3).open_input_stream(where) as f:
+                data: bytes = f.read()
+                return data
+        except FileNotFoundError:
+            return None
+        except OSError as e:
+            raise OptionError(f"option 'archive': cannot read s3://{where}: {e}") from None
+
+    manifest = read_manifest(fetch, f"s3://{where}", options.topic)
+    if manifest is None:
         log.warning("no archive manifest at s3://%s: nothing archived yet", where)
         return ArchiveManifest(topic=options.topic, updated_at=0.0)
-    except OSError as e:
-        raise OptionError(f"option 'archive': cannot read s3://{where}: {e}") from None
-    return decode_manifest(data, f"s3://{where}", options.topic)
+    return manifest
 
 
 def archive_listing(options: SourceOptions, node: Listing) -> ArchiveListing:
