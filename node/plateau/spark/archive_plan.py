@@ -35,7 +35,7 @@ from plateau.spark.options import OptionError, SourceOptions
 from plateau.spark.plan import Listing, Slice, report_loss
 
 ARCHIVED = "archived"  # Slice.format of an archived segment: a Parquet object in the archive
-MANIFEST_ATTEMPTS = 5  # reads of the manifest before a bad one is an error (~1.5 s of waits)
+MANIFEST_ATTEMPTS = 5  # reads of the manifest before a bad one is an error (1 s of waits)
 
 
 def read_manifest(
