@@ -100,11 +100,7 @@ def load_manifest(files: HadoopFiles, root: str, topic: str) -> ArchiveManifest:
             why = _java_message(e)
             raise OptionError(f"option 'archive': cannot read {url}: {why}") from None
 
-    manifest = read_manifest(fetch, url, topic)
-    if manifest is None:
-        log.warning("no archive manifest at %s: nothing archived yet, reading the node only", url)
-        return ArchiveManifest(topic=topic, updated_at=0.0)
-    return manifest
+    return read_manifest(fetch, url, topic)
 
 
 def _java_message(e: Exception) -> str:

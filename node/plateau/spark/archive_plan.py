@@ -22,6 +22,7 @@ schemas are fetched is theirs (S3A through Spark's JVM, or pyarrow).
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 
@@ -34,14 +35,15 @@ from plateau.spark.merge import SchemaConflict, merge_schemas
 from plateau.spark.options import OptionError, SourceOptions
 from plateau.spark.plan import Listing, Slice, report_loss
 
+log = logging.getLogger(__name__)
+
 ARCHIVED = "archived"  # Slice.format of an archived segment: a Parquet object in the archive
 MANIFEST_ATTEMPTS = 5  # reads of the manifest before a bad one is an error (1 s of waits)
 
 
-def read_manifest(
-    fetch: Callable[[], bytes | None], where: str, topic: str
-) -> ArchiveManifest | None:
-    """The manifest ``fetch`` reads (``None``: there is none), read again when it fails.
+def read_manifest(fetch: Callable[[], bytes | None], where: str, topic: str) -> ArchiveManifest:
+    """The manifest ``fetch`` reads, read again when it fails; none yet (``fetch`` gives
+    ``None``: nothing uploaded) is an empty one.
 
     The node replaces the manifest object in place while readers read it. S3 itself
     serves a GET racing a PUT one whole version; some S3-compatible stores do not:
@@ -51,15 +53,20 @@ def read_manifest(
     that fails is tried again; only one that still fails after ``MANIFEST_ATTEMPTS``
     is an error (``fetch``'s ``OptionError`` or the decode's).
     """
-    for attempt in range(MANIFEST_ATTEMPTS):
+    for attempt in range(MANIFEST_ATTEMPTS - 1):
         try:
-            data = fetch()
-            return None if data is None else decode_manifest(data, where, topic)
+            return _fetched_manifest(fetch, where, topic)
         except OptionError:
-            if attempt + 1 == MANIFEST_ATTEMPTS:
-                raise
             time.sleep(0.1 * (attempt + 1))
-    raise AssertionError("unreachable")  # pragma: no cover
+    return _fetched_manifest(fetch, where, topic)  # the last attempt: its error is the reader's
+
+
+def _fetched_manifest(fetch: Callable[[], bytes | None], where: str, topic: str) -> ArchiveManifest:
+    data = fetch()
+    if data is None:
+        log.warning("no archive manifest at %s: nothing archived yet, reading the node only", where)
+        return ArchiveManifest(topic=topic, updated_at=0.0)
+    return decode_manifest(data, where, topic)
 
 
 def decode_manifest(data: bytes, where: str, topic: str) -> ArchiveManifest:

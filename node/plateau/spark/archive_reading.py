@@ -74,11 +74,7 @@ def load_manifest(options: SourceOptions) -> ArchiveManifest:
         except OSError as e:
             raise OptionError(f"option 'archive': cannot read s3://{where}: {e}") from None
 
-    manifest = read_manifest(fetch, f"s3://{where}", options.topic)
-    if manifest is None:
-        log.warning("no archive manifest at s3://%s: nothing archived yet", where)
-        return ArchiveManifest(topic=options.topic, updated_at=0.0)
-    return manifest
+    return read_manifest(fetch, f"s3://{where}", options.topic)
 
 
 def archive_listing(options: SourceOptions, node: Listing) -> ArchiveListing:
