@@ -15,31 +15,39 @@ import pytest
 from plateau.storage.data import durable_io
 from plateau.storage.data.durable_io import (
     WRITE_BEHIND_BYTES,
+    WRITE_BEHIND_IN_FLIGHT,
     PythonWriteBehind,
     publish,
     publish_native,
 )
 from plateau.storage.data.sealed_writer import write_sealed
 
+WAIT = 1 | 4  # SYNC_FILE_RANGE_WAIT_BEFORE | WAIT_AFTER: the caller waits for the range
 
-def watch_writeback(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int]]:
-    """The (start, length) of every writeback started (``sync_file_range``, still called)."""
-    calls: list[tuple[int, int]] = []
+
+def watch_sync_file_range(monkeypatch: pytest.MonkeyPatch) -> list[tuple[int, int, int]]:
+    """(start, length, flags) of every ``sync_file_range`` call (each still made)."""
+    calls: list[tuple[int, int, int]] = []
     real = durable_io.SYNC_FILE_RANGE
     assert real is not None  # glibc on Linux: the path under test
 
     def watch(fd: int, start: int, length: int, flags: int) -> int:
-        calls.append((start, length))
+        calls.append((start, length, flags))
         return real(fd, start, length, flags)
 
     monkeypatch.setattr(durable_io, "SYNC_FILE_RANGE", watch)
     return calls
 
 
+def started(calls: list[tuple[int, int, int]]) -> list[tuple[int, int]]:
+    """(start, length) of the writebacks started without waiting for them."""
+    return [(start, n) for start, n, flags in calls if not flags & WAIT]
+
+
 def test_every_byte_arrives_and_writeback_starts_every_few_mib(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    calls = watch_writeback(monkeypatch)
+    calls = watch_sync_file_range(monkeypatch)
     data = os.urandom(5 * WRITE_BEHIND_BYTES + 12345)
     piece = 100_000  # pyarrow writes in pieces like these
 
@@ -54,9 +62,10 @@ def test_every_byte_arrives_and_writeback_starts_every_few_mib(
     assert (tmp_path / "seg.parquet").read_bytes() == data
     assert not (tmp_path / "seg.parquet.tmp").exists()
     # five writebacks, back to back, each started at the first piece's end past 2 MiB more
-    assert len(calls) == 5
-    assert [start for start, _ in calls] == [0, *(s + n for s, n in calls[:-1])]
-    assert all(WRITE_BEHIND_BYTES <= n < WRITE_BEHIND_BYTES + piece for _, n in calls)
+    windows = started(calls)
+    assert len(windows) == 5
+    assert [start for start, _ in windows] == [0, *(s + n for s, n in windows[:-1])]
+    assert all(WRITE_BEHIND_BYTES <= n < WRITE_BEHIND_BYTES + piece for _, n in windows)
 
 
 def test_native_publish_starts_writeback_between_pieces(
@@ -64,7 +73,7 @@ def test_native_publish_starts_writeback_between_pieces(
 ) -> None:
     """``publish_native``: the bytes written natively arrive whole, and writeback is
     started (``sync_file_range``, watched here) at a piece's end once 2 MiB are new."""
-    calls = watch_writeback(monkeypatch)
+    calls = watch_sync_file_range(monkeypatch)
     data = os.urandom(3 * WRITE_BEHIND_BYTES + 999)
 
     def write(sink: pa.NativeFile, written: Callable[[], None]) -> None:
@@ -76,7 +85,43 @@ def test_native_publish_starts_writeback_between_pieces(
     assert publish_native(final, write, drop_pages=True) == len(data)
     assert final.read_bytes() == data
     assert not (tmp_path / "seg.parquet.tmp").exists()
-    assert calls == [(i * WRITE_BEHIND_BYTES, WRITE_BEHIND_BYTES) for i in range(3)]
+    # 6 MiB: under WRITE_BEHIND_IN_FLIGHT, so the writer never waited
+    assert calls == [
+        (i * WRITE_BEHIND_BYTES, WRITE_BEHIND_BYTES, durable_io._SYNC_FILE_RANGE_WRITE)
+        for i in range(3)
+    ]
+
+
+def test_a_long_file_waits_for_its_older_windows_and_keeps_the_queue_short(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Past ``WRITE_BEHIND_IN_FLIGHT`` bytes under writeback, the writer waits (on the
+    real ``sync_file_range``, watched) for all but the newest window before writing more:
+    at every piece's end, at most that many bytes plus one window are still in flight,
+    each wait covers only bytes whose writeback was started, and the waits run in order."""
+    calls = watch_sync_file_range(monkeypatch)
+    piece = 3 * 1024 * 1024  # a random-values Parquet row group is about 9 MiB
+    data = os.urandom(12 * piece + 5)
+    in_flight: list[int] = []
+
+    def write(sink: pa.NativeFile, written: Callable[[], None]) -> None:
+        for at in range(0, len(data), piece):
+            sink.write(data[at : at + piece])
+            written()
+            settled = max((s + n for s, n, flags in calls if flags & WAIT), default=0)
+            in_flight.append(sink.tell() - settled)
+
+    final = tmp_path / "seg.parquet"
+    assert publish_native(final, write, drop_pages=True) == len(data)
+    assert final.read_bytes() == data
+    waits = [(s, n) for s, n, flags in calls if flags & WAIT]
+    assert waits, "36 MiB written without the writer ever waiting"
+    assert [s for s, _ in waits] == [0, *(s + n for s, n in waits[:-1])]  # in order, no gap
+    for i, (s, n, flags) in enumerate(calls):
+        if flags & WAIT:
+            assert s + n <= max(a + b for a, b, f in calls[:i] if not f & WAIT)
+    assert max(in_flight) <= WRITE_BEHIND_IN_FLIGHT + piece
+    assert [s for s, _ in started(calls)] == [0, *(s + n for s, n in started(calls)[:-1])]
 
 
 def test_a_failed_native_write_leaves_no_file(tmp_path: Path) -> None:
