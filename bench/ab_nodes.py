@@ -4,6 +4,7 @@
         [--workload incompressible|compressible] [--format arrow|parquet]
         [--clients 4] [--partitions 4] [--rows-per-batch 10000]
         [--base-env KEY=VALUE ...] [--head-env KEY=VALUE ...]
+        [--base-data-root DIR] [--head-data-root DIR]
 
 Why: this machine's speed drifts by 20% and more within minutes, so a change is
 judged by ratios of runs made side by side, never against a figure from
@@ -13,7 +14,9 @@ temporary git worktree, removed at the end. ``--base-env`` / ``--head-env``
 give one side extra environment (a setting such as
 ``PLATEAU_SERVER__GIL_SWITCH_INTERVAL_MS=5``), so one build under two
 configurations is an A/B too; ``--base . --head .`` with no env is an A/A run,
-which shows the noise.
+which shows the noise. ``--base-data-root`` / ``--head-data-root`` put each side's
+data directories on its own filesystem (mount options, filesystems, disks), so
+one build on two filesystems is an A/B too.
 
 Each phase starts a fresh node (``testkit.nodeproc.NodeProcess`` with the
 side's tree on its ``PYTHONPATH``, at its defaults: fsync per acknowledged
@@ -78,6 +81,7 @@ class Side:
     rev: str
     env: dict[str, str]
     commit: str = ""  # the resolved commit ("" for the working tree)
+    data_root: Path | None = None  # where its data directories go (None: ``--data-root``)
     root: Path = ROOT
     runs: list[dict[str, Any]] = field(default_factory=list)
 
@@ -112,15 +116,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--partitions", type=int, default=4)
     ap.add_argument("--rows-per-batch", type=int, default=10_000)
     ap.add_argument("--data-root", type=Path, default=default_data_root())
+    ap.add_argument("--base-data-root", type=Path, help="side A's data directories [--data-root]")
+    ap.add_argument("--head-data-root", type=Path, help="side B's data directories [--data-root]")
     args = ap.parse_args(argv)
     for name in ("pairs", "clients", "partitions", "rows_per_batch"):
         if getattr(args, name) < 1:
             ap.error(f"--{name.replace('_', '-')} must be at least 1")
     if args.duration <= 0:
         ap.error("--duration must be positive")
+    for name in ("data_root", "base_data_root", "head_data_root"):
+        path = getattr(args, name)
+        if path is not None and not path.is_dir():
+            ap.error(f"--{name.replace('_', '-')}: {path} is not a directory")
     args.sides = [
-        Side("base", args.base, node_env(ap, args.base_env), resolve(ap, args.base)),
-        Side("head", args.head, node_env(ap, args.head_env), resolve(ap, args.head)),
+        Side(
+            name,
+            getattr(args, name),
+            node_env(ap, getattr(args, f"{name}_env")),
+            resolve(ap, getattr(args, name)),
+            getattr(args, f"{name}_data_root"),
+        )
+        for name in ("base", "head")
     ]
     return args
 
@@ -154,7 +170,8 @@ def checked_out(sides: list[Side], under: Path) -> Iterator[None]:
 
 def run_side(args: argparse.Namespace, side: Side, pair: int, bodies: list[bytes]) -> None:
     """One phase on a fresh node of ``side``'s tree; appends its figures to ``side.runs``."""
-    root = Path(tempfile.mkdtemp(prefix=f"plateau-ab-{side.name}-", dir=args.data_root))
+    under = side.data_root or args.data_root
+    root = Path(tempfile.mkdtemp(prefix=f"plateau-ab-{side.name}-", dir=under))
     try:
         data_dir = root / "data"
         data_dir.mkdir()
@@ -239,7 +256,13 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "partitions": args.partitions,
         "rows_per_batch": args.rows_per_batch,
         **{
-            s.name: {"rev": s.rev, "commit": s.commit or None, "env": s.env, "runs": s.runs}
+            s.name: {
+                "rev": s.rev,
+                "commit": s.commit or None,
+                "env": s.env,
+                "data_root": str(s.data_root or args.data_root),
+                "runs": s.runs,
+            }
             for s in sides
         },
         "head_vs_base": compare(base.runs, head.runs),

@@ -23,6 +23,8 @@ def git(*args: str) -> str:
 
 def test_a_commit_against_the_working_tree_in_interleaved_pairs(tmp_path: Path) -> None:
     before = git("worktree", "list")
+    head_root = tmp_path / "head"
+    head_root.mkdir()
     out = subprocess.run(
         [
             sys.executable,
@@ -35,6 +37,7 @@ def test_a_commit_against_the_working_tree_in_interleaved_pairs(tmp_path: Path) 
             "--partitions", "2",
             "--rows-per-batch", "2000",
             "--data-root", str(tmp_path),
+            "--head-data-root", str(head_root),
         ],
         capture_output=True,
         text=True,
@@ -45,6 +48,8 @@ def test_a_commit_against_the_working_tree_in_interleaved_pairs(tmp_path: Path) 
     assert result["base"]["commit"] == git("rev-parse", "HEAD")
     assert result["head"]["commit"] is None  # the working tree
     assert result["head"]["env"] == {"PLATEAU_SERVER__GIL_SWITCH_INTERVAL_MS": "2"}
+    assert result["base"]["data_root"] == str(tmp_path)
+    assert result["head"]["data_root"] == str(head_root)
     for side in ("base", "head"):
         runs = result[side]["runs"]
         assert [r["pair"] for r in runs] == [0, 1]
@@ -54,4 +59,22 @@ def test_a_commit_against_the_working_tree_in_interleaved_pairs(tmp_path: Path) 
     # the second pair ran head first
     assert "pair 1 head" in out.stderr.split("pair 1 base")[0]
     assert git("worktree", "list") == before
-    assert list(tmp_path.iterdir()) == []  # data directories and the worktree removed
+    # data directories and the worktree removed
+    assert list(tmp_path.iterdir()) == [head_root] and list(head_root.iterdir()) == []
+
+
+def test_a_data_root_that_is_not_a_directory_exits_2(tmp_path: Path) -> None:
+    out = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "ab_nodes.py"),
+            "--base", "HEAD",
+            "--head-data-root", str(tmp_path / "missing"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 2
+    assert "--head-data-root" in out.stderr and "is not a directory" in out.stderr
+    assert out.stdout == ""

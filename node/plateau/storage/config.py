@@ -141,6 +141,15 @@ class StorageSettings(BaseModel):
         "(their uploader reads the sealed file from the cache). Filesystems without O_DIRECT "
         "(tmpfs before Linux 6.6) are written through the page cache either way.",
     )
+    recycled_write_ahead_files: int = Field(
+        default=4,
+        ge=0,
+        description="Write-ahead files of parquet topics kept (zeroed, in <data>/recycle) for "
+        "the next open segments instead of deleted once their Parquet file is sealed: "
+        "freeing and discarding 64 MiB a segment held the appends' fsyncs back "
+        "(docs/ingest.md). Each kept file holds a segment's size on the volume. 0: delete "
+        "them at once. Only O_DIRECT open segments reuse them.",
+    )
     drop_read_pages: bool = Field(
         default=True,
         description="After decoding part of a sealed segment for a reader, advise the "

@@ -37,6 +37,7 @@ from plateau.storage.catalog.progress import Progress
 from plateau.storage.config import StorageSettings
 from plateau.storage.data.durable_io import BALLAST, Ballast, disk_full, lock_data_dir
 from plateau.storage.data.reader_cache import ReaderCache
+from plateau.storage.data.recycle import Recycler
 from plateau.storage.data.validation import prepare
 from plateau.storage.metrics import (
     APPENDED_BYTES,
@@ -120,6 +121,9 @@ class Engine:
         self._relieving = threading.Lock()
         self._relaxed = settings.durability.mode == "relaxed"
         self._closed = threading.Event()
+        # kept write-ahead files are a cache: gone before the recovery needs the room
+        self.recycler = Recycler(self.data_dir, settings.recycled_write_ahead_files)
+        self.recycler.reset()
         self._manifest, recovered = self._open_and_recover()
         # the archive (None without storage.archive.url): reads GET objects through .fs
         self.archive: Archive | None = Archive(settings.archive) if settings.archive.url else None
@@ -133,6 +137,13 @@ class Engine:
             WritePolicy(self._relaxed, settings.drop_written_pages, settings.direct_writes),
             self.memory,
             self.progress,
+            # only O_DIRECT segments reuse them (``OpenSegment.create``), so none are kept
+            # when no segment could take them
+            recycler=(
+                self.recycler
+                if self.recycler.limit > 0 and settings.direct_writes and not self._relaxed
+                else None
+            ),
         )
         self._catalog = Catalog(
             self._manifest,
@@ -391,6 +402,8 @@ class Engine:
 
     def _check_free_space(self) -> None:
         free = shutil.disk_usage(self.data_dir).free
+        if free < self.settings.min_free_bytes and self.recycler.release() > 0:
+            free = shutil.disk_usage(self.data_dir).free  # kept write-ahead files gave room
         if free < self.settings.min_free_bytes:
             raise Unavailable(
                 f"disk nearly full: {free} bytes free, below the floor of "

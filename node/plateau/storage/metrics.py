@@ -26,6 +26,13 @@ SEAL_SECONDS = Histogram(
     buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
 )
 
+WRITE_AHEAD_FILES = Counter(
+    "plateau_write_ahead_files_total",
+    "Parquet topics' write-ahead files after their seal (event: kept for reuse, deleted), "
+    "and kept files reused by a new segment (event: reused)",
+    ["event"],
+)
+
 RETENTION_DELETED_SEGMENTS = Counter(
     "plateau_retention_deleted_segments_total", "Segments deleted by retention", ["topic", "reason"]
 )

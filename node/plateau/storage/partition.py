@@ -38,9 +38,10 @@ from plateau.storage.data.column_codecs import ColumnPlan, CompressionStats
 from plateau.storage.data.durable_io import make_dirs
 from plateau.storage.data.ipc_messages import Encoded
 from plateau.storage.data.open_segment import WRITE_BUFFER, OpenSegment, time_bounds_ms
+from plateau.storage.data.recycle import Recycler
 from plateau.storage.data.sealed_writer import parquet_column_bytes
 from plateau.storage.data.validation import TIME
-from plateau.storage.metrics import APPEND_STAGE_SECONDS, SEAL_SECONDS
+from plateau.storage.metrics import APPEND_STAGE_SECONDS, SEAL_SECONDS, WRITE_AHEAD_FILES
 from plateau.storage.sealing import REWRITES_AT_ONCE, seal_segment
 from plateau.storage.types import Index, WritePolicy
 
@@ -87,6 +88,8 @@ class PartitionContext:
     rewrites: threading.Semaphore = field(
         default_factory=lambda: threading.BoundedSemaphore(REWRITES_AT_ONCE)
     )
+    # kept write-ahead files of parquet topics (``recycle``); None: always deleted
+    recycler: Recycler | None = None
 
 
 class Partition:
@@ -113,6 +116,7 @@ class Partition:
         self._manifest = ctx.manifest
         self._sealer = ctx.sealer
         self._rewrites = ctx.rewrites
+        self._recycler = ctx.recycler
         self._on_sealed = ctx.on_sealed
         self._relaxed = ctx.policy.relaxed
         self._drop_pages = ctx.policy.drop_written_pages
@@ -241,6 +245,7 @@ class Partition:
                 self.directory,
                 self._drop_pages and not archived,
                 self._direct and not archived,
+                self._recycler,
             )
         except BaseException:
             # volume full before the schema was written: leave no half file, no open row
@@ -312,6 +317,12 @@ class Partition:
             self._sealer.submit(self._seal, seg)
         return seg.charged
 
+    def _retire_write_ahead(self, path: Path) -> None:
+        """A sealed parquet segment's write-ahead file: kept for a later segment, or deleted."""
+        if self._recycler is None or not self._recycler.give(path):
+            path.unlink(missing_ok=True)
+            WRITE_AHEAD_FILES.labels("deleted").inc()
+
     def _seal(self, seg: OpenSegment) -> None:
         """Background: seal ``seg`` (first in the queue), then each one queued behind it."""
         follow: OpenSegment | None = seg
@@ -328,7 +339,9 @@ class Partition:
                 self._manifest.seal_segment(row)
                 if row.format == "parquet":
                     self._count_parquet(self.data_dir / row.path, seg)
-                seg.path.unlink(missing_ok=True)  # the parquet write-ahead file, now redundant
+                    self._retire_write_ahead(seg.path)
+                else:  # renamed to its sealed name, or (rewritten from memory) left over
+                    seg.path.unlink(missing_ok=True)
             except BaseException as exc:
                 log.exception("sealing %s failed; will retry", seg.path)
                 with self.lock:

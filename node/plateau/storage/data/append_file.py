@@ -284,3 +284,21 @@ def open_append(path: Path, direct: bool, drop_pages: bool) -> AppendFile:
                 raise
             path.unlink(missing_ok=True)
     return BufferedFile(os.open(path, flags, 0o644), drop_pages)
+
+
+def open_recycled(path: Path) -> AppendFile | None:
+    """Open a kept write-ahead file (``recycle``) at ``path`` to be written from its start.
+
+    Its blocks read as zeros and stay allocated, so writes overwrite them in place;
+    the zeros after the data end its stream as ``DirectFile``'s padding does. None
+    (and ``path`` deleted) where O_DIRECT is refused: the caller creates a new file.
+    """
+    o_direct = getattr(os, "O_DIRECT", 0)
+    if o_direct:
+        try:
+            return DirectFile(os.open(path, os.O_RDWR | os.O_CLOEXEC | o_direct))
+        except OSError as exc:
+            if exc.errno != errno.EINVAL:
+                raise
+    path.unlink(missing_ok=True)
+    return None

@@ -27,10 +27,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from plateau.protocol.topic_config import SegmentConfig
-from plateau.storage.data.append_file import AppendFile, open_append
+from plateau.storage.data.append_file import AppendFile, open_append, open_recycled
 from plateau.storage.data.group_commit import GroupCommit
 from plateau.storage.data.ipc_file import IpcFileWriter
 from plateau.storage.data.ipc_messages import Encoded
+from plateau.storage.data.recycle import Recycler
 from plateau.storage.types import Index, SegmentId
 
 WRITE_BUFFER = 64 * 1024  # the schema and metadata of a segment; batches are written from the body
@@ -102,10 +103,15 @@ class OpenSegment:
         directory: Path,
         drop_pages: bool = True,
         direct: bool = False,
+        recycler: Recycler | None = None,
     ) -> OpenSegment:
+        """``recycler``: where a kept write-ahead file may come from (O_DIRECT files only)."""
         path = directory / cls.file_name(first_index, segment_id)
         seg = cls(segment_id, first_index, schema, config, path, drop_pages=drop_pages)
-        seg._file = open_append(path, direct, drop_pages)
+        reused = recycler.take(path) if direct and recycler is not None else False
+        seg._file = (open_recycled(path) if reused else None) or open_append(
+            path, direct, drop_pages
+        )
         try:
             seg._writer = IpcFileWriter(seg._file, schema)
         except BaseException:
