@@ -90,6 +90,21 @@ def test_a_reused_file_never_gives_back_its_old_rows(tmp_path: Path) -> None:
     node.stop()
 
 
+def test_a_stopped_node_holds_no_kept_files(tmp_path: Path) -> None:
+    node = NodeProcess(tmp_path / "data").start()
+    with node.client() as c:
+        c.put(
+            "/admin/topics/wal",
+            json={"partitions": 1, "segment": {"format": "parquet", "max_rows": SEGMENT_ROWS}},
+        ).raise_for_status()
+        for seq in range(9):
+            assert append_retrying(c, "wal", "0", batch(seq)).status_code == 200
+    wait_for(lambda: files(node.url, "kept") >= 2, "two files kept")
+    assert list((tmp_path / "data" / "recycle").iterdir())
+    node.stop()
+    assert list((tmp_path / "data" / "recycle").iterdir()) == []
+
+
 def test_with_no_kept_files_the_write_ahead_file_is_deleted(tmp_path: Path) -> None:
     """``storage.recycled_write_ahead_files: 0``: each sealed segment's file is deleted."""
     node = NodeProcess(

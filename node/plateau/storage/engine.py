@@ -210,6 +210,7 @@ class Engine:
             except Exception:
                 log.exception("closing %s/%s failed; recovery will finish it", p.topic, p.name)
         self._sealer.shutdown(wait=True)
+        self.recycler.release()  # after the last seal: a stopped node holds no kept files
         self._snapshot.close()
         self._cache.close()
         self._snapshot.publish()

@@ -22,8 +22,8 @@ Durability ordering, each step complete before the next:
 2. ``take`` (a partition opening a segment): rename a kept file to the new
    segment's name and fsync that directory before the file gets a byte, so an
    acknowledged append is never in a file whose name a crash could undo.
-3. At start the recovery deletes whatever ``<data>/recycle/`` holds: kept files
-   are a cache, never data.
+3. At start the node deletes whatever ``<data>/recycle/`` holds (kept files are
+   a cache, never data), and at a clean stop too, after the last seal.
 
 Filesystems without ``FALLOC_FL_ZERO_RANGE`` (tmpfs) refuse it, and the file is
 deleted as before.
