@@ -146,7 +146,8 @@ class StorageSettings(BaseModel):
         ge=0,
         description="Write-ahead files of parquet topics kept (zeroed, in <data>/recycle) for "
         "the next open segments instead of deleted once their Parquet file is sealed: "
-        "freeing and discarding 64 MiB a segment held the appends' fsyncs back "
+        "freeing (and, on a discard mount, discarding) 64 MiB a segment held the appends' "
+        "fsyncs back "
         "(docs/ingest.md). Each kept file holds a segment's size on the volume. 0: delete "
         "them at once. Only O_DIRECT open segments reuse them.",
     )

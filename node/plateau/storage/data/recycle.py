@@ -1,11 +1,11 @@
 """Write-ahead files kept for the next segment instead of deleted.
 
 Why: a parquet topic's write-ahead file is redundant once its Parquet file is
-sealed, and deleting it frees 64 MiB of blocks per segment. On a filesystem
-mounted with ``discard`` (common on cloud disks) every freed block is also
-discarded as the journal commits, and the appends' fsyncs waited behind those
-commits. Reusing them (parquet topic, random values, bench/ab_nodes.py, 3
-interleaved pairs): append p99 54.8-61.9 -> 41.4-42.2 ms, rows/s 1.01-1.13x.
+sealed, and deleting it frees 64 MiB of blocks per segment in a journal commit
+(on a filesystem mounted with ``discard``, common on cloud disks, it discards them
+too), and the appends' fsyncs waited behind those commits. Reusing them
+(parquet topic, random values, bench/ab_nodes.py, 3 interleaved pairs): append
+p99 54.8-61.9 -> 41.4-42.2 ms, rows/s 1.01-1.13x.
 
 A kept file's blocks are zeroed as unwritten extents (``fallocate`` with
 ``FALLOC_FL_ZERO_RANGE``: metadata only, no data written, nothing freed), so
@@ -69,7 +69,7 @@ class Recycler:
         self._free: list[Path] = []
         self._reserved = 0  # files being zeroed for the list (counted against the limit)
         self._names = itertools.count()
-        self.kept = 0  # files given and kept (for tests and the admin view)
+        self.kept = 0  # files given and kept (tests read these; /metrics has the counter)
         self.reused = 0  # files taken for a new segment
 
     def reset(self) -> None:
