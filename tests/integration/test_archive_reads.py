@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import collections
 import json
+import os
 import time
 from collections.abc import Iterator
 
@@ -37,10 +38,20 @@ T0 = 1_700_000_000_000  # record i's time is T0 + i ms
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory: pytest.TempPathFactory) -> Iterator[S3Server]:
-    try:
-        server = S3Server(tmp_path_factory.mktemp("s3reads"), weed_binary()).start()
-    except (OSError, RuntimeError) as exc:
-        pytest.skip(f"no S3 server (PLATEAU_WEED / tools/cluster-build --only seaweedfs): {exc}")
+    # the ports are picked free, but another process may bind one before SeaweedFS does
+    # (a CI run lost this module to "bind: address already in use"): try again, and under
+    # CI=true fail rather than skip
+    for attempt in range(3):
+        try:
+            server = S3Server(tmp_path_factory.mktemp("s3reads"), weed_binary()).start()
+            break
+        except (OSError, RuntimeError) as exc:
+            if attempt < 2:
+                continue
+            why = f"no S3 server (PLATEAU_WEED / tools/cluster-build --only seaweedfs): {exc}"
+            if os.environ.get("CI") == "true":
+                pytest.fail(f"CI=true never skips: {why}", pytrace=False)
+            pytest.skip(why)
     server.create_bucket("reads")
     yield server
     server.remove()
