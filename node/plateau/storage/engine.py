@@ -129,21 +129,18 @@ class Engine:
         self.archive: Archive | None = Archive(settings.archive) if settings.archive.url else None
         self.archive_status = ArchiveStatus(self._manifest, settings.archive.url)
         self._uploader: Uploader | None = None
+        policy = WritePolicy(self._relaxed, settings.drop_written_pages, settings.direct_writes)
         self._ctx = PartitionContext(
             self.data_dir,
             self._manifest,
             self._sealer,
             self._on_sealed,
-            WritePolicy(self._relaxed, settings.drop_written_pages, settings.direct_writes),
+            policy,
             self.memory,
             self.progress,
             # only O_DIRECT segments reuse them (``OpenSegment.create``), so none are kept
             # when no segment could take them
-            recycler=(
-                self.recycler
-                if self.recycler.limit > 0 and settings.direct_writes and not self._relaxed
-                else None
-            ),
+            recycler=self.recycler if self.recycler.limit > 0 and policy.direct else None,
         )
         self._catalog = Catalog(
             self._manifest,

@@ -120,8 +120,7 @@ class Partition:
         self._on_sealed = ctx.on_sealed
         self._relaxed = ctx.policy.relaxed
         self._drop_pages = ctx.policy.drop_written_pages
-        # relaxed appends are acknowledged from the page cache: O_DIRECT would make them wait
-        self._direct = ctx.policy.direct_writes and not ctx.policy.relaxed
+        self._direct = ctx.policy.direct
         # read and replaced without the lock: a plan is immutable, and two appends that both
         # find it stale only sample twice
         self._plan: ColumnPlan | None = None

@@ -66,3 +66,9 @@ class WritePolicy:
     relaxed: bool = False  # acknowledge before fsync; a timer syncs
     drop_written_pages: bool = True  # POSIX_FADV_DONTNEED after fsync (files.PageDropper)
     direct_writes: bool = True  # open segments written with O_DIRECT (append_file)
+
+    @property
+    def direct(self) -> bool:
+        """Whether open segments are written with O_DIRECT: relaxed appends are acknowledged
+        from the page cache, and O_DIRECT would make them wait."""
+        return self.direct_writes and not self.relaxed
