@@ -8,9 +8,10 @@ file that was not zeroed would hand its old batches to the recovery as valid.
 from __future__ import annotations
 
 import os
-import time
+from collections.abc import Callable
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pyarrow as pa
 import pytest
@@ -18,6 +19,7 @@ import pytest
 from plateau.storage.recovery import read_open_file
 from testkit.arrowhttp import append_retrying, read_all
 from testkit.nodeproc import NodeProcess, metric_values
+from testkit.operatorproc import wait_until
 
 ROWS = 1000  # per batch; four batches fill a segment
 SEGMENT_ROWS = 4 * ROWS
@@ -38,35 +40,42 @@ def files(url: str, event: str) -> float:
     return metric_values(url, "plateau_write_ahead_files_total").get((("event", event),), 0.0)
 
 
-def wait_for(check: object, what: str, timeout: float = 20.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+def counted(url: str, event: str, at_least: int) -> Callable[[], bool]:
+    """Whether ``files(url, event)`` has reached ``at_least`` (for ``wait_until``)."""
+    return lambda: files(url, event) >= at_least
 
 
-def test_a_reused_file_never_gives_back_its_old_rows(tmp_path: Path) -> None:
-    node = NodeProcess(tmp_path / "data").start()
-    acked: list[int] = []
+def start_node(tmp_path: Path, env: dict[str, str] | None = None) -> NodeProcess:
+    """A node with the parquet topic ``wal`` of one partition, segments of ``SEGMENT_ROWS``."""
+    node = NodeProcess(tmp_path / "data", env=env).start()
     with node.client() as c:
         c.put(
             "/admin/topics/wal",
             json={"partitions": 1, "segment": {"format": "parquet", "max_rows": SEGMENT_ROWS}},
         ).raise_for_status()
+    return node
+
+
+def append(c: httpx.Client, seq: int) -> None:
+    r = append_retrying(c, "wal", "0", batch(seq))
+    assert r.status_code == 200, r.text
+
+
+def test_a_reused_file_never_gives_back_its_old_rows(tmp_path: Path) -> None:
+    node = start_node(tmp_path)
+    acked: list[int] = []
+    with node.client() as c:
         seq = 0
         # six full segments; a segment rolls (and is sealed, its file kept) when the
         # next batch does not fit, so the r-th round sees r kept before it ends
         for round_ in range(6):
             for _ in range(4):
-                r = append_retrying(c, "wal", "0", batch(seq))
-                assert r.status_code == 200, r.text
+                append(c, seq)
                 acked.append(seq)
                 seq += 1
-            wait_for(lambda n=round_: files(node.url, "kept") >= n, f"{round_} files kept")
+            wait_until(counted(node.url, "kept", round_), f"{round_} files kept")
         # one batch into the next segment: a kept file four batches long, now holding one
-        r = append_retrying(c, "wal", "0", batch(seq))
-        assert r.status_code == 200, r.text
+        append(c, seq)
         acked.append(seq)
     assert files(node.url, "reused") >= 1, "no segment reused a kept file"
     (open_file,) = (tmp_path / "data" / "topics" / "wal" / "0").glob("*.open")
@@ -91,15 +100,11 @@ def test_a_reused_file_never_gives_back_its_old_rows(tmp_path: Path) -> None:
 
 
 def test_a_stopped_node_holds_no_kept_files(tmp_path: Path) -> None:
-    node = NodeProcess(tmp_path / "data").start()
+    node = start_node(tmp_path)
     with node.client() as c:
-        c.put(
-            "/admin/topics/wal",
-            json={"partitions": 1, "segment": {"format": "parquet", "max_rows": SEGMENT_ROWS}},
-        ).raise_for_status()
         for seq in range(9):
-            assert append_retrying(c, "wal", "0", batch(seq)).status_code == 200
-    wait_for(lambda: files(node.url, "kept") >= 2, "two files kept")
+            append(c, seq)
+    wait_until(counted(node.url, "kept", 2), "two files kept")
     assert list((tmp_path / "data" / "recycle").iterdir())
     node.stop()
     assert list((tmp_path / "data" / "recycle").iterdir()) == []
@@ -107,17 +112,11 @@ def test_a_stopped_node_holds_no_kept_files(tmp_path: Path) -> None:
 
 def test_with_no_kept_files_the_write_ahead_file_is_deleted(tmp_path: Path) -> None:
     """``storage.recycled_write_ahead_files: 0``: each sealed segment's file is deleted."""
-    node = NodeProcess(
-        tmp_path / "data", env={"PLATEAU_STORAGE__RECYCLED_WRITE_AHEAD_FILES": "0"}
-    ).start()
+    node = start_node(tmp_path, env={"PLATEAU_STORAGE__RECYCLED_WRITE_AHEAD_FILES": "0"})
     with node.client() as c:
-        c.put(
-            "/admin/topics/wal",
-            json={"partitions": 1, "segment": {"format": "parquet", "max_rows": SEGMENT_ROWS}},
-        ).raise_for_status()
         for seq in range(9):
-            assert append_retrying(c, "wal", "0", batch(seq)).status_code == 200
-        wait_for(lambda: files(node.url, "deleted") >= 2, "two write-ahead files deleted")
+            append(c, seq)
+        wait_until(counted(node.url, "deleted", 2), "two write-ahead files deleted")
         assert files(node.url, "kept") == 0 and files(node.url, "reused") == 0
         got = pa.concat_tables(read_all(c, "wal", "0"))
     assert got.column("seq").to_pylist() == [s for s in range(9) for _ in range(ROWS)]
