@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
+import tempfile
 import threading
 import time
 from pathlib import Path
@@ -70,6 +72,23 @@ def test_a_missing_file_is_not_kept(tmp_path: Path) -> None:
     assert not r.give(tmp_path / "gone.open")
     assert r.free_files() == 0
     assert r.give(written(tmp_path / "a.open"))  # its reserved place was given back
+
+
+def test_a_filesystem_that_cannot_zero_is_asked_once(caplog: pytest.LogCaptureFixture) -> None:
+    root = Path(tempfile.mkdtemp(dir="/dev/shm"))  # tmpfs: no FALLOC_FL_ZERO_RANGE
+    try:
+        r = Recycler(root, limit=2)
+        r.reset()
+        first, second = written(root / "a.open"), written(root / "b.open")
+        before = second.read_bytes()
+        with caplog.at_level(logging.INFO, logger="plateau.storage.data.recycle"):
+            assert not r.give(first) and not r.zeroes
+            assert not r.give(second)
+        assert first.exists() and second.read_bytes() == before  # the caller deletes them
+        assert len([m for m in caplog.messages if "cannot zero a range" in m]) == 1
+        assert r.free_files() == 0 and r.kept == 0
+    finally:
+        shutil.rmtree(root)
 
 
 @pytest.mark.timeout(60)

@@ -26,7 +26,8 @@ Durability ordering, each step complete before the next:
    a cache, never data), and at a clean stop too, after the last seal.
 
 Filesystems without ``FALLOC_FL_ZERO_RANGE`` (tmpfs) refuse it, and the file is
-deleted as before.
+deleted as before; after the first refusal the recycler keeps nothing more (a
+node's data directory is one filesystem), so later seals skip the attempt.
 """
 
 from __future__ import annotations
@@ -71,6 +72,7 @@ class Recycler:
         self._names = itertools.count()
         self.kept = 0  # files given and kept (tests read these; /metrics has the counter)
         self.reused = 0  # files taken for a new segment
+        self.zeroes = True  # False once the filesystem refused a zero range: keep none
 
     def reset(self) -> None:
         """Delete what an earlier run kept (step 3); called before any partition opens."""
@@ -101,12 +103,13 @@ class Recycler:
         if FALLOCATE is None:
             return False
         with self._lock:
-            if len(self._free) + self._reserved >= self.limit:
+            if not self.zeroes or len(self._free) + self._reserved >= self.limit:
                 return False
             self._reserved += 1
             kept = self.directory / f"{next(self._names)}.wal"
         try:
             if not _zero(path):
+                self._refused(path)
                 return False
             path.rename(kept)
         except OSError:
@@ -120,6 +123,16 @@ class Recycler:
             self.kept += 1
         WRITE_AHEAD_FILES.labels("kept").inc()
         return True
+
+    def _refused(self, path: Path) -> None:
+        with self._lock:
+            first, self.zeroes = self.zeroes, False
+        if first:
+            log.info(
+                "the filesystem of %s cannot zero a range (FALLOC_FL_ZERO_RANGE); "
+                "write-ahead files are deleted, not kept",
+                path.parent,
+            )
 
     def take(self, path: Path) -> bool:
         """Move a kept file to ``path``, durably (step 2); False if none is kept."""
