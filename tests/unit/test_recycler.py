@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import shutil
 import tempfile
-import threading
-import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -16,6 +16,7 @@ import pytest
 from plateau.protocol.errors import Unavailable
 from plateau.protocol.topic_config import TopicConfigRequest
 from plateau.storage.data.recycle import RECYCLE_DIR, Recycler
+from testkit.stress import run_stress
 from tests.conftest import EngineFactory
 
 
@@ -95,38 +96,30 @@ def test_a_filesystem_that_cannot_zero_is_asked_once(caplog: pytest.LogCaptureFi
 def test_threads_giving_and_taking_at_once_never_stall_or_share_a_file(
     tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """Four threads give and take for 2 s (the lock is a leaf): each join has a deadline, no
-    file is handed to two takers (a second rename of one kept file would fail and be
-    logged), and every taken file reads as zeros."""
+    """Four threads give and take for 2 s (the lock is a leaf): ``run_stress`` fails on a
+    call that takes over 5 s, no file is handed to two takers (a second rename of one kept
+    file would fail and be logged), and every taken file reads as zeros."""
     r = Recycler(tmp_path, limit=3)
     r.reset()
-    stop = time.monotonic() + 2.0
-    errors: list[BaseException] = []
     taken: list[Path] = []
 
-    def work(n: int) -> None:
-        try:
-            i = 0
-            while time.monotonic() < stop:
-                wal = written(tmp_path / f"w{n}-{i}.open", 4096)
-                if not r.give(wal):
-                    wal.unlink()
-                target = tmp_path / f"t{n}-{i}.open"
-                if r.take(target):
-                    assert target.read_bytes() == bytes(4096)
-                    taken.append(target)
-                    target.unlink()
-                i += 1
-        except BaseException as exc:
-            errors.append(exc)
+    def worker(n: int) -> Callable[[], None]:
+        calls = itertools.count()
 
-    threads = [threading.Thread(target=work, args=(n,), daemon=True) for n in range(4)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=30)
-        assert not t.is_alive(), "a thread stalled in give or take"
-    assert errors == []
+        def step() -> None:
+            i = next(calls)
+            wal = written(tmp_path / f"w{n}-{i}.open", 4096)
+            if not r.give(wal):
+                wal.unlink()
+            target = tmp_path / f"t{n}-{i}.open"
+            if r.take(target):
+                assert target.read_bytes() == bytes(4096)
+                taken.append(target)
+                target.unlink()
+
+        return step
+
+    run_stress({f"recycler-{n}": worker(n) for n in range(4)}, seconds=2.0, stall=5.0)
     assert taken, "no file was ever taken"
     assert not [rec for rec in caplog.records if "could not" in rec.getMessage()]
     assert r.kept - r.reused == r.free_files() <= 3
