@@ -1,6 +1,7 @@
 """What the node knows of its archive: a segment may leave the disk only once its manifest
 object lists it (not merely once its SQLite row exists), failures back off 1 s doubling
-to the ceiling, and a success clears the state."""
+to the ceiling, a success clears the state, and the archived span shown is the one the
+lag agrees with (a CI run once saw "archived to 5000" beside "1 segment behind")."""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ import time
 from pathlib import Path
 
 from plateau.protocol.archive import ArchivedSegment
-from plateau.storage.archive.status import ArchiveStatus
+from plateau.storage.archive.status import ArchiveStatus, lag_of, readable_span
 from plateau.storage.catalog.manifest import Manifest, SegmentRow
 from plateau.storage.types import Index, SegmentId
 
@@ -49,4 +50,24 @@ def test_failures_back_off_doubling_to_the_ceiling_and_success_clears(tmp_path: 
     s = status.state("t")
     assert (s.state, s.message, s.failures) == ("Current", "", 0)
     assert not status.waiting("t", time.monotonic())
+    m.close()
+
+
+def test_the_span_shown_ends_where_the_manifest_object_does(tmp_path: Path) -> None:
+    m = Manifest(tmp_path / "m.sqlite")
+    status = ArchiveStatus(m, "s3://b/p")
+    sealed = [row(0, 10), row(10, 20)]
+    for end in (10, 20):
+        status.record("t", "0", Index(end))  # uploaded and recorded, not yet listed
+    mark = status.published_mark("t", "0")
+    assert readable_span((0, 20), mark) == (None, None)
+    assert lag_of(sealed, mark, 0.0).segments == 2
+    status.publish({("t", "0"): Index(10)})  # the object lists the first segment only
+    mark = status.published_mark("t", "0")
+    assert readable_span((0, 20), mark) == (0, 10)
+    assert lag_of(sealed, mark, 0.0).segments == 1
+    status.publish(status.recorded_marks("t"))
+    mark = status.published_mark("t", "0")
+    assert readable_span((0, 20), mark) == (0, 20) and lag_of(sealed, mark, 0.0).segments == 0
+    assert readable_span(None, mark) == (None, None)  # nothing recorded: nothing shown
     m.close()

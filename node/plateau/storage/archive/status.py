@@ -62,6 +62,18 @@ def lag_of(rows: list[SegmentRow], mark: int, now: float) -> Lag:
     )
 
 
+def readable_span(recorded: tuple[int, int] | None, mark: int) -> tuple[int | None, int | None]:
+    """The archived span a reader of the archive finds: the recorded one cut at ``mark``.
+
+    A segment is recorded (SQLite) before the manifest object lists it, and the lag
+    counts it until it is listed; cutting the span there keeps one report from
+    saying "archived up to N" and "one segment not archived" of the same rows.
+    """
+    if recorded is None or mark <= recorded[0]:
+        return None, None
+    return recorded[0], min(recorded[1], mark)
+
+
 class ArchiveStatus:
     def __init__(self, manifest: Manifest, url: str | None) -> None:
         self.url = url
@@ -178,8 +190,9 @@ class ArchiveStatus:
         per: dict[str, PartitionArchive] = {}
         total = Lag(0, 0, 0.0, None)
         for p in partitions:
-            lag = lag_of(p.view().sealed, self.published_mark(topic, p.name), now)
-            start, end = spans.get(p.name, (None, None))
+            mark = self.published_mark(topic, p.name)
+            lag = lag_of(p.view().sealed, mark, now)
+            start, end = readable_span(spans.get(p.name), mark)
             per[p.name] = PartitionArchive(
                 start=start,
                 end=end,
