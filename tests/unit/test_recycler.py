@@ -82,9 +82,14 @@ def test_a_filesystem_that_cannot_zero_is_asked_once(caplog: pytest.LogCaptureFi
         r.reset()
         first, second = written(root / "a.open"), written(root / "b.open")
         before = second.read_bytes()
-        with caplog.at_level(logging.INFO, logger="plateau.storage.data.recycle"):
-            assert not r.give(first) and not r.zeroes
-            assert not r.give(second)
+        logger = logging.getLogger("plateau.storage.data.recycle")
+        disabled, logger.disabled = logger.disabled, False  # a node's dictConfig disables it
+        try:
+            with caplog.at_level(logging.INFO, logger=logger.name):
+                assert not r.give(first) and not r.zeroes
+                assert not r.give(second)
+        finally:
+            logger.disabled = disabled
         assert first.exists() and second.read_bytes() == before  # the caller deletes them
         assert len([m for m in caplog.messages if "cannot zero a range" in m]) == 1
         assert r.free_files() == 0 and r.kept == 0
