@@ -12,13 +12,13 @@ import json
 import os
 import subprocess
 import sys
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from testkit import waiting
 from testkit.kubeapi import KubeApi, free_port
 from testkit.nodeproc import NodeProcess
 
@@ -87,14 +87,8 @@ def running_operator(
 
 
 def wait_until(check: Callable[[], Any], what: str, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    last: Any = None
-    while time.monotonic() < deadline:
-        last = check()
-        if last:
-            return last
-        time.sleep(0.3)
-    raise AssertionError(f"timed out waiting for {what} (last: {last!r})")
+    """``testkit.waiting.wait_until`` at the pace a kube-apiserver is polled (kubectl)."""
+    return waiting.wait_until(check, what, timeout, interval=0.3)
 
 
 def get(kube: KubeApi, kind: str, name: str, namespace: str) -> dict[str, Any]:

@@ -15,7 +15,8 @@ import pyarrow.parquet as pq
 
 from testkit.nodeproc import NodeProcess, free_port, metric_values
 from testkit.s3server import ADMIN, S3Server
-from tests.integration.test_archive_upload import T0, read_manifest, wait_for
+from testkit.waiting import wait_until
+from tests.integration.test_archive_upload import T0, read_manifest
 
 
 def test_node_refuses_archive_without_url_and_changes_nothing(tmp_path: Path) -> None:
@@ -65,7 +66,7 @@ def test_node_archives_what_it_acknowledges(
                 a = c.get("/admin/topics/ev").json()["usage"]["archive"]
                 return bool(a["state"] == "Current" and a["uploaded_segments"] == 4)
 
-            wait_for(archived, what="4 segments archived")
+            wait_until(archived, "4 segments archived")
             usage = c.get("/admin/topics/ev").json()["usage"]
             assert usage["archive"]["url"] == f"s3://{s3root}/ev"
             assert usage["partitions"]["0"]["archive"]["start"] == 0
@@ -125,7 +126,7 @@ def test_node_sheds_archive_behind_with_retry_after(tmp_path: Path, s3root: str)
                 a = c.get("/admin/topics/ev").json()["usage"]["archive"]
                 return bool(a["state"] == "Unreachable")
 
-            wait_for(unreachable, what="Unreachable")
+            wait_until(unreachable, "Unreachable")
             lag = metric_values(node.url, "plateau_archive_lag_segments")
             assert lag.get((("topic", "ev"),), 0) >= 1 or usage["archive"]["lag_segments"] >= 1
     finally:
@@ -163,7 +164,7 @@ def test_kill_9_during_uploads_archives_each_segment_once(
                     u["archive"]["lag_segments"] == 0 and u["archive"]["state"] == "Current"
                 )
 
-            wait_for(done, what="archive current after kill -9")
+            wait_until(done, "archive current after kill -9")
             end = c.get("/admin/topics/ev").json()["usage"]["partitions"]["0"]["archive"]["end"]
     finally:
         node.stop()

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 
 import pyarrow as pa
@@ -31,6 +30,7 @@ from plateau.storage.engine import Engine
 from plateau.storage.metrics import ARCHIVE_DELETED_UNARCHIVED, ARCHIVE_FAILURES, ARCHIVE_UPLOADS
 from testkit.nodeproc import free_port
 from testkit.s3server import ADMIN, READER, S3Keys, S3Server
+from testkit.waiting import wait_until
 from tests.conftest import EngineFactory
 
 T0 = 1_700_000_000_000
@@ -97,15 +97,6 @@ def append(e: Engine, name: str, partition: str, table: pa.Table) -> None:
     raise AssertionError("partition stayed busy")
 
 
-def wait_for(check: Callable[[], bool], timeout: float = 30.0, what: str = "") -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if check():
-            return
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what or check}")
-
-
 def current(e: Engine, name: str) -> bool:
     usage = e.topic_usage(name)
     assert usage.archive is not None
@@ -127,7 +118,7 @@ def test_sealed_segments_are_archived_as_parquet_with_a_manifest(
         for i in range(3):
             append(e, "ev", p, rows(100, i * 100))
         append(e, "ev", p, rows(1, 300))  # seals [200, 300)
-    wait_for(lambda: current(e, "ev"), what="archive current")
+    wait_until(lambda: current(e, "ev"), "archive current")
     fs = s3server.filesystem()
     doc = read_manifest(fs, s3root, "ev")
     got = [(s.partition, s.start, s.end) for s in doc.segments]
@@ -159,18 +150,18 @@ def test_restart_uploads_nothing_already_recorded(
         append(e, "ev", "0", rows(100, i * 100))
     # [200, 300) may still be sealing (not yet counted as lag) when the first three are
     # archived: wait for all three, or the restart would rightly upload it too
-    wait_for(
+    wait_until(
         lambda: len(e._manifest.archived_segments("ev")) == 3 and current(e, "ev"),
-        what="archive current",
+        "archive current",
     )
     e.close()
     before = ARCHIVE_UPLOADS.labels("ev", "ok")._value.get()
     e2 = make_engine(settings)
     append(e2, "ev", "0", rows(100, 400))
     append(e2, "ev", "0", rows(1, 500))  # seals [400, 500)
-    wait_for(
+    wait_until(
         lambda: len(e2._manifest.archived_segments("ev")) == 5 and current(e2, "ev"),
-        what="archive current after restart",
+        "archive current after restart",
     )
     # [300, 400) was sealed by close() and [400, 500) after the restart: nothing else
     assert ARCHIVE_UPLOADS.labels("ev", "ok")._value.get() - before == 2
@@ -204,7 +195,7 @@ def test_required_archive_holds_the_footprint_and_sheds_appends(
         a = e.topic_usage("ev").archive
         return a is not None and a.state == "Unreachable"
 
-    wait_for(reported, what="Unreachable")
+    wait_until(reported, "Unreachable")
     with pytest.raises(ArchiveBehind, match="Unreachable"):  # the message now says why
         e.append("ev", "0", rows(100, 100_000))
     assert usage.bytes < 20_000 + 4 * one.nbytes
@@ -219,7 +210,7 @@ def test_without_required_retention_goes_on_and_counts(
     before = ARCHIVE_DELETED_UNARCHIVED.labels("loose")._value.get()
     for i in range(30):
         append(e, "loose", "0", rows(100, i * 100))
-    wait_for(lambda: e.topic_usage("loose").partitions["0"].start > 0, what="retention")
+    wait_until(lambda: e.topic_usage("loose").partitions["0"].start > 0, "retention")
     assert ARCHIVE_DELETED_UNARCHIVED.labels("loose")._value.get() > before
     usage = e.topic_usage("loose")
     assert usage.archive is not None and usage.archive.deleted_unarchived > 0
@@ -266,7 +257,7 @@ def test_uploader_stress_many_small_segments_archived_exactly_once(
             for n in names
         ) and all(current(e, n) for n in names)
 
-    wait_for(done, timeout=90, what="every segment archived")
+    wait_until(done, "every segment archived", timeout=90)
     assert time.monotonic() - started < 90
     for n in names:
         assert ARCHIVE_UPLOADS.labels(n, "ok")._value.get() - before[n] == len(expected)
@@ -275,7 +266,7 @@ def test_uploader_stress_many_small_segments_archived_exactly_once(
             doc = read_manifest(fs, s3root, n)
             return [(s.partition, s.start, s.end) for s in doc.segments] == expected
 
-        wait_for(listed, what=f"{n}'s manifest object")
+        wait_until(listed, f"{n}'s manifest object")
 
 
 def creds_file(tmp_path: Path, keys: S3Keys) -> Path:
@@ -323,7 +314,7 @@ def test_archive_faults_are_reported_and_keep_local_data(
         a = e.topic_usage("ev").archive
         return a is not None and a.state == state
 
-    wait_for(reported, what=state)
+    wait_until(reported, state)
     with pytest.raises(ArchiveBehind, match=state):  # the refusal says why
         e.append("ev", "0", rows(1, 10_000))
     usage = e.topic_usage("ev")
@@ -344,7 +335,7 @@ def test_manifest_object_is_rewritten_from_sqlite_at_start(
     e.put_topic("ev", topic("arrow"))
     for i in range(3):
         append(e, "ev", "0", rows(100, i * 100))
-    wait_for(lambda: current(e, "ev"), what="archive current")
+    wait_until(lambda: current(e, "ev"), "archive current")
     e.close()
     fs = s3server.filesystem()
     fs.delete_file(f"{s3root}/{manifest_key('ev')}")  # as if lost before a crash
@@ -357,7 +348,7 @@ def test_manifest_object_is_rewritten_from_sqlite_at_start(
             return False
         return [(s.start, s.end) for s in doc.segments] == [(0, 100), (100, 200), (200, 300)]
 
-    wait_for(listed, what="the manifest object rewritten")
+    wait_until(listed, "the manifest object rewritten")
     assert e2._manifest.archived_segments("ev") == read_manifest(fs, s3root, "ev").segments
 
 
@@ -375,9 +366,9 @@ def test_missing_credentials_file_is_reported_not_a_crash(
         a = e.topic_usage("ev").archive
         return a is not None and a.state == "Unauthorized" and str(missing) in a.message
 
-    wait_for(reported, what="Unauthorized")
+    wait_until(reported, "Unauthorized")
     missing.write_text(
         f"[default]\naws_access_key_id = {ADMIN.access_key}\n"
         f"aws_secret_access_key = {ADMIN.secret_key}\n"
     )
-    wait_for(lambda: current(e, "ev"), what="archived once the file is there")
+    wait_until(lambda: current(e, "ev"), "archived once the file is there")

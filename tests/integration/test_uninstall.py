@@ -14,7 +14,7 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +22,7 @@ import pytest
 import yaml
 
 from testkit.kubeapi import ROOT, KubeApi, binaries
+from testkit.waiting import wait_until
 
 CHART = ROOT / "charts" / "plateau"
 SYSTEM = "plateau-system"
@@ -62,15 +63,6 @@ def run(kubeconfig: Path, *args: str, env: dict[str, str] | None = None) -> subp
 def finish(proc: subprocess.Popen[str], timeout: float = 60) -> tuple[int, str, str]:
     out, err = proc.communicate(timeout=timeout)
     return proc.returncode, out, err
-
-
-def wait_until(check: Callable[[], Any], what: str, timeout: float = 30.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if value := check():
-            return value
-        time.sleep(0.2)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def create_namespaces(kube: KubeApi, *names: str) -> None:

@@ -8,6 +8,7 @@ import pyarrow as pa
 from plateau.protocol.errors import Busy
 from plateau.protocol.values import Span
 from plateau.storage.engine import Engine
+from testkit.waiting import wait_until
 
 
 def append_retrying(engine: Engine, topic: str, partition: str, table: pa.Table) -> Span:
@@ -21,9 +22,5 @@ def append_retrying(engine: Engine, topic: str, partition: str, table: pa.Table)
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return
-        time.sleep(0.01)
-    raise AssertionError("condition not met in time")
+    """An engine's background work (seals, retention), polled every 10 ms."""
+    wait_until(predicate, "the engine's background work", timeout, interval=0.01)

@@ -2,19 +2,18 @@
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 
 import pytest
 
 from plateau.server.fifo_gate import FifoGate
+from testkit.waiting import wait_until
 
 
-def _wait_until(check: object, timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not check():  # type: ignore[operator]
-        assert time.monotonic() < deadline, "timed out"
-        time.sleep(0.001)
+def waiting(gate: FifoGate, n: int) -> bool:
+    return gate.waiting == n
 
 
 def test_waiters_get_their_slot_in_arrival_order() -> None:
@@ -31,7 +30,8 @@ def test_waiters_get_their_slot_in_arrival_order() -> None:
             t = threading.Thread(target=append, args=(i,))
             t.start()
             threads.append(t)
-            _wait_until(lambda i=i: gate.waiting == i + 1)  # i is in line before i+1 comes
+            # i is in line before i+1 comes
+            wait_until(functools.partial(waiting, gate, i + 1), f"{i + 1} in line", interval=0.001)
     for t in threads:
         t.join(10)
     assert order == list(range(6))
@@ -49,7 +49,7 @@ def test_a_newcomer_does_not_overtake_the_line() -> None:
     with gate.slot():
         t = threading.Thread(target=waiter)
         t.start()
-        _wait_until(lambda: gate.waiting == 1)
+        wait_until(lambda: gate.waiting == 1, "one waiter", interval=0.001)
     with gate.slot():  # asks right after the release: the waiter had the slot first
         got.append("newcomer")
     t.join(10)

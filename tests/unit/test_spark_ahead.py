@@ -14,6 +14,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from plateau.spark.url_prefetch import read_ahead
+from testkit.waiting import wait_until
 
 DEADLINE_S = 20.0
 
@@ -36,14 +37,6 @@ def ahead_threads() -> list[threading.Thread]:
     return [t for t in threading.enumerate() if t.name == "plateau-read-ahead"]
 
 
-def wait_for(condition: object, what: str) -> None:
-    deadline = time.monotonic() + DEADLINE_S
-    while not condition():  # type: ignore[operator]
-        if time.monotonic() > deadline:
-            raise AssertionError(f"stalled: {what}")
-        time.sleep(0.01)
-
-
 @settings(max_examples=60, deadline=None)
 @given(st.integers(0, 50), st.one_of(st.none(), st.integers(0, 60)), st.integers(1, 3))
 def test_items_in_order_and_the_error_where_it_was_raised(
@@ -59,7 +52,7 @@ def test_items_in_order_and_the_error_where_it_was_raised(
     else:
         got.extend(read_ahead(numbers(n, fail_at, closed), depth))
         assert got == list(range(n))
-    wait_for(lambda: closed == [True], "the producer was not closed")
+    wait_until(lambda: closed == [True], "the producer closed")
 
 
 def test_a_consumer_that_stops_early_stops_the_thread() -> None:
@@ -69,8 +62,8 @@ def test_a_consumer_that_stops_early_stops_the_thread() -> None:
         for _ in range(k % 5 + 1):
             next(pages)
         pages.close()  # what Spark does to a task's iterator under a limit
-    wait_for(lambda: len(closings) == 200, "a producer left open after its consumer stopped")
-    wait_for(lambda: not ahead_threads(), "a read-ahead thread outlived its consumer")
+    wait_until(lambda: len(closings) == 200, "every producer closed once its consumer stopped")
+    wait_until(lambda: not ahead_threads(), "no read-ahead thread outliving its consumer")
 
 
 def test_closing_does_not_wait_for_a_slow_fetch() -> None:
@@ -89,7 +82,7 @@ def test_closing_does_not_wait_for_a_slow_fetch() -> None:
 
     pages = read_ahead(slow())
     assert next(pages) == 0
-    wait_for(started.is_set, "the second fetch never started")
+    wait_until(started.is_set, "the second fetch to start")
     done = threading.Event()
 
     def close() -> None:
@@ -98,9 +91,9 @@ def test_closing_does_not_wait_for_a_slow_fetch() -> None:
 
     closer = threading.Thread(target=close)
     closer.start()
-    wait_for(done.is_set, "close() waited for the fetch in flight")
+    wait_until(done.is_set, "close() without waiting for the fetch in flight")
     release.set()
-    wait_for(lambda: closed == [True], "the producer was not closed once its fetch ended")
+    wait_until(lambda: closed == [True], "the producer closed once its fetch ended")
 
 
 def test_many_readers_at_once() -> None:
@@ -127,4 +120,4 @@ def test_many_readers_at_once() -> None:
     assert not [t for t in threads if t.is_alive()], "stalled"
     assert not errors
     assert results == dict.fromkeys(range(16), sum(range(3000)))
-    wait_for(lambda: not ahead_threads(), "read-ahead threads left behind")
+    wait_until(lambda: not ahead_threads(), "no read-ahead thread left behind")
