@@ -7,7 +7,7 @@ import logging
 import os
 import shutil
 import tempfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pyarrow as pa
@@ -75,23 +75,33 @@ def test_a_missing_file_is_not_kept(tmp_path: Path) -> None:
     assert r.give(written(tmp_path / "a.open"))  # its reserved place was given back
 
 
-def test_a_filesystem_that_cannot_zero_is_asked_once(caplog: pytest.LogCaptureFixture) -> None:
+@pytest.fixture
+def recycler_log(caplog: pytest.LogCaptureFixture) -> Iterator[pytest.LogCaptureFixture]:
+    """``caplog`` with the recycler's INFO lines, even after an earlier test's node ran
+    ``dictConfig`` (``disable_existing_loggers``), which disables the recycler's logger and
+    would leave a check of its lines unable to fail."""
+    logger = logging.getLogger("plateau.storage.data.recycle")
+    disabled, logger.disabled = logger.disabled, False
+    try:
+        with caplog.at_level(logging.INFO, logger=logger.name):
+            yield caplog
+    finally:
+        logger.disabled = disabled
+
+
+def test_a_filesystem_that_cannot_zero_is_asked_once(
+    recycler_log: pytest.LogCaptureFixture,
+) -> None:
     root = Path(tempfile.mkdtemp(dir="/dev/shm"))  # tmpfs: no FALLOC_FL_ZERO_RANGE
     try:
         r = Recycler(root, limit=2)
         r.reset()
         first, second = written(root / "a.open"), written(root / "b.open")
         before = second.read_bytes()
-        logger = logging.getLogger("plateau.storage.data.recycle")
-        disabled, logger.disabled = logger.disabled, False  # a node's dictConfig disables it
-        try:
-            with caplog.at_level(logging.INFO, logger=logger.name):
-                assert not r.give(first) and not r.zeroes
-                assert not r.give(second)
-        finally:
-            logger.disabled = disabled
+        assert not r.give(first) and not r.zeroes
+        assert not r.give(second)
         assert first.exists() and second.read_bytes() == before  # the caller deletes them
-        assert len([m for m in caplog.messages if "cannot zero a range" in m]) == 1
+        assert len([m for m in recycler_log.messages if "cannot zero a range" in m]) == 1
         assert r.free_files() == 0 and r.kept == 0
     finally:
         shutil.rmtree(root)
@@ -99,7 +109,7 @@ def test_a_filesystem_that_cannot_zero_is_asked_once(caplog: pytest.LogCaptureFi
 
 @pytest.mark.timeout(60)
 def test_threads_giving_and_taking_at_once_never_stall_or_share_a_file(
-    tmp_path: Path, caplog: pytest.LogCaptureFixture
+    tmp_path: Path, recycler_log: pytest.LogCaptureFixture
 ) -> None:
     """Four threads give and take for 2 s (the lock is a leaf): ``run_stress`` fails on a
     call that takes over 5 s, no file is handed to two takers (a second rename of one kept
@@ -126,7 +136,7 @@ def test_threads_giving_and_taking_at_once_never_stall_or_share_a_file(
 
     run_stress({f"recycler-{n}": worker(n) for n in range(4)}, seconds=2.0, stall=5.0)
     assert taken, "no file was ever taken"
-    assert not [rec for rec in caplog.records if "could not" in rec.getMessage()]
+    assert not [rec for rec in recycler_log.records if "could not" in rec.getMessage()]
     assert r.kept - r.reused == r.free_files() <= 3
     assert len(list((tmp_path / RECYCLE_DIR).iterdir())) == r.free_files()
 
