@@ -10,27 +10,23 @@ leaves nothing to recover.
 from __future__ import annotations
 
 import contextlib
-import functools
 import logging
 import shutil
 import sqlite3
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from typing import TypeVar
 
 import pyarrow as pa
 
 from plateau.protocol.errors import InsufficientStorage, NotFound, Unavailable
-from plateau.protocol.focus import DataFocus
 from plateau.protocol.names import check_name
 from plateau.protocol.replies import Memory, NodeInfo, TopicUsage
 from plateau.protocol.topic_config import TopicConfig, TopicConfigRequest, TopicOwner
-from plateau.protocol.values import Order, RecordStatus, Span
-from plateau.storage import record_reads, retention, usage
+from plateau.protocol.values import Span
+from plateau.storage import usage
 from plateau.storage.archive import Archive, ArchiveStatus, Uploader
-from plateau.storage.archive.history import ArchivedRun, ArchiveReads
 from plateau.storage.catalog.manifest import Manifest, SegmentRow
 from plateau.storage.catalog.memory import MemoryBudget, MemoryFull, default_budget
 from plateau.storage.catalog.progress import Progress
@@ -39,33 +35,29 @@ from plateau.storage.data.durable_io import BALLAST, Ballast, disk_full, lock_da
 from plateau.storage.data.reader_cache import ReaderCache
 from plateau.storage.data.recycle import Recycler
 from plateau.storage.data.validation import prepare
+from plateau.storage.engine_reads import EngineReads
+from plateau.storage.engine_upkeep import EngineUpkeep
 from plateau.storage.metrics import (
     APPENDED_BYTES,
     APPENDED_ROWS,
     ARCHIVE_LAG_BYTES,
     ARCHIVE_LAG_SECONDS,
     ARCHIVE_LAG_SEGMENTS,
-    ARCHIVE_READ_RECORDS,
-    ARCHIVE_READS,
     EARLY_SEALS,
     TOPIC_BUDGET_BYTES,
     TOPIC_BYTES,
 )
-from plateau.storage.partition import Partition, PartitionContext, PartitionView
+from plateau.storage.partition import Partition, PartitionContext
 from plateau.storage.recovery import recover
 from plateau.storage.sealing import lower_thread_priority
 from plateau.storage.snapshot_writer import SnapshotPublisher
 from plateau.storage.topics import Catalog, PutResult, Topic
 from plateau.storage.types import (
     Index,
-    PartitionRead,
-    TimeRange,
-    TopicRead,
     WritePolicy,
 )
 
 log = logging.getLogger(__name__)
-READ_ATTEMPTS = 3
 SEALER_THREADS = 4
 """An arrow seal is mostly waits (the last fsync, the footer's, the rename's directory
 fsync, the manifest's commit: 10-15 ms); under a memory limit open segments are sealed
@@ -73,10 +65,9 @@ early, 50-60 a second with 48 writers on 64 partitions, and two threads did not 
 appends got 429 until memory was freed (``bench/ingest.py --partitions 64 --writers 48
 --memory-limit 1610612736 --compare-unlimited``: 625 against 58 429s, 0.72x against 0.82x
 the unlimited rate). Parquet seals are capped apart (``sealing.REWRITES_AT_ONCE``)."""
-R = TypeVar("R")
 
 
-class Engine:
+class Engine(EngineReads, EngineUpkeep):
     """Owns the manifest, every partition writer, retention and the snapshot.
 
     Locks, in the order they may be taken (``plateau.storage.catalog.locks`` checks it
@@ -407,228 +398,3 @@ class Engine:
                 f"disk nearly full: {free} bytes free, below the floor of "
                 f"{self.settings.min_free_bytes}; writes are refused, reads go on"
             )
-
-    @functools.cached_property
-    def _archive_reads(self) -> ArchiveReads | None:
-        """Reads below the local disk, from the archive (None without one); made once."""
-        archive = self.archive
-        if archive is None:
-            return None
-        reads = ArchiveReads(
-            lambda: archive.fs,
-            archive.url.root(),
-            self.memory.archive_cache_limit,  # its part of the node's memory budget
-            self._manifest.archived_segments,
-            self.archive_status.recorded,
-        )
-        self.memory.archive_cache_used = lambda: reads.reader.cached_bytes
-        return reads
-
-    def _archived(self, topic: str) -> Callable[[str, PartitionView], ArchivedRun | None] | None:
-        """A partition's archived segments below its local start, per view (None: no archive)."""
-        reads = self._archive_reads
-        if reads is None:
-            return None
-        return lambda name, view: reads.run(topic, name, view.start)
-
-    def readable_spans(self, topic: str) -> dict[str, Span]:
-        """Each partition's readable indexes: from its oldest archived one, if that is older
-        than the local disk's (what ``GET /topic/{t}`` reports, so readers see one history)."""
-        archived = self._archived(topic)
-        spans: dict[str, Span] = {}
-        for name, p in sorted(self._topic(topic).by_name().items()):
-            view = p.view()
-            run = None if archived is None else archived(name, view)
-            spans[name] = Span(view.start if run is None else run.start, view.end)
-        return spans
-
-    def read_partition(
-        self,
-        topic: str,
-        partition: str,
-        start: int,
-        limit: int,
-        time_range: TimeRange | None = None,
-        max_bytes: int | None = None,
-        focus: DataFocus | None = None,
-    ) -> PartitionRead:
-        """Up to ``limit`` durable records from index ``start`` on, one schema per reply.
-
-        With a ``focus``, only what it selects (see ``focus``), read without
-        the columns it leaves out. Indexes no longer on the local disk are read from
-        the archive (``archived`` counts them).
-
-        The rows may be slices of a whole decoded row group or append body
-        (``record_reads._compact`` is skipped): the caller, the server, encodes
-        them into its reply at once and drops them, so what they keep alive is
-        held for that long only, and a 10,000-row page of a 65,536-row Parquet
-        row group is no longer copied once before the reply copies it again.
-        """
-        check_name("partition", partition)
-        archived = self._archived(topic)
-
-        def read() -> PartitionRead:
-            t = self._topic(topic)
-            with t.lock:
-                p = t.partitions.get(partition)
-            if p is None:
-                return PartitionRead(pa.table({}), None, RecordStatus.ALL)
-            view = p.view()
-            run = archived(partition, view) if archived and start < view.start else None
-            return record_reads.read_range(
-                view,
-                self.data_dir,
-                self._cache,
-                start,
-                limit,
-                time_range,
-                max_bytes,
-                focus,
-                run,
-                compact=False,
-            )
-
-        with self.progress.track(f"read {topic}/{partition}"):
-            result = self._retrying_deleted(read)
-        _count_archived(topic, result.archived)
-        table = _focused(result.table, focus)
-        return PartitionRead(table, result.span, result.status, result.archived)
-
-    def iterate_topic(
-        self,
-        topic: str,
-        cursor: dict[str, int],
-        limit: int,
-        order: Order = Order.ASC,
-        time_range: TimeRange | None = None,
-        partition_filter: list[str] | None = None,
-        max_bytes: int | None = None,
-        focus: DataFocus | None = None,
-    ) -> TopicRead:
-        """One page of records across partitions, continuing from ``cursor``."""
-        for name in cursor:
-            check_name("partition", name)
-
-        def read() -> TopicRead:
-            parts = self._topic(topic).by_name()
-            names = record_reads.select_partitions(list(parts), partition_filter)
-            return record_reads.iterate(
-                {n: parts[n].view for n in names},
-                self.data_dir,
-                self._cache,
-                cursor,
-                limit,
-                order,
-                time_range,
-                max_bytes,
-                focus,
-                self._archived(topic),
-            )
-
-        with self.progress.track(f"iterate {topic}"):
-            result = self._retrying_deleted(read)
-        _count_archived(topic, result.archived)
-        table = _focused(result.table, focus)
-        return TopicRead(table, result.next, result.status, result.archived)
-
-    def _retrying_deleted(self, read: Callable[[], R]) -> R:
-        """A read whose segment retention (or a topic deletion) removed meanwhile starts over.
-
-        The view it took named a file that is gone; a fresh view no longer does
-        (or the topic is gone: NotFound).
-        """
-        for _ in range(READ_ATTEMPTS - 1):
-            try:
-                return read()
-            except FileNotFoundError:
-                continue
-        return read()
-
-    # --- background -------------------------------------------------------------
-    def _on_sealed(self, topic: str) -> None:
-        t = self._catalog.find(topic)
-        if t is not None:
-            self._enforce(t, publish=True)
-            if self._uploader is not None and t.config.archive.enabled:
-                self._uploader.nudge()
-
-    def _archived_topics(self) -> list[tuple[str, TopicConfig, list[Partition]]]:
-        """The uploader's work: every archive-enabled topic with its partitions."""
-        out = []
-        for t in self._catalog.current():
-            config = t.config
-            if config.archive.enabled and not t.deleted:
-                out.append((t.name, config, t.all()))
-        return out
-
-    def _on_archived(self, topic: str) -> None:
-        """A manifest object now lists more: retention may delete what it held."""
-        t = self._catalog.find(topic)
-        if t is not None and not self._closed.is_set():
-            self._enforce(t, publish=False)  # a snapshot only if it deleted something
-
-    def _enforce(self, t: Topic, publish: bool) -> int:
-        """Retention for one topic; with ``publish`` the snapshot is always republished."""
-        with t.retention_lock:
-            if t.deleted:
-                return 0
-            parts = t.all()
-            archived = self.archive_status.is_archived if self.archive is not None else None
-            doomed, plan = retention.enforce(
-                t.name, parts, t.config, self._manifest, self._cache, self.data_dir, archived
-            )
-            t.archive_held = (len(plan.held), plan.held_bytes) if plan.held else None
-            for _ in range(plan.deleted_unarchived):
-                self.archive_status.deleted_unarchived(t.name)
-        TOPIC_BYTES.labels(t.name).set(sum(r.bytes for p in parts for r in p.view().sealed))
-        if doomed:
-            self._snapshot.publish()  # no longer names the doomed files: now they may go
-        elif publish:
-            self._snapshot.request()
-        for path in doomed:
-            path.unlink(missing_ok=True)
-        return len(doomed)
-
-    def _tick_loop(self) -> None:
-        interval = self.settings.retention_interval_seconds
-        flush_every = self.settings.durability.relaxed_interval_ms / 1000
-        last_retention = time.monotonic()
-        while not self._closed.wait(flush_every if self._relaxed else min(interval, 1.0)):
-            with self.progress.track("background tick"):
-                last_retention = self._tick(interval, last_retention)
-
-    def _tick(self, interval: float, last_retention: float) -> float:
-        now = time.monotonic()
-        topics = self._catalog.current()
-        for t in topics:
-            for p in t.all():
-                try:
-                    if self._relaxed:
-                        p.flush()
-                    p.roll_if_old(now)
-                    p.retry_failed_seal()
-                except Exception:
-                    log.exception("background work on %s/%s failed", p.topic, p.name)
-        if now - last_retention < interval:
-            return last_retention
-        for t in topics:
-            try:
-                self._enforce(t, publish=False)
-                if t.config.archive.enabled:
-                    self.archive_status.export_lag(t.name, t.all())
-            except Exception:
-                log.exception("retention of %s failed", t.name)
-        return now
-
-
-def _count_archived(topic: str, records: int) -> None:
-    if records:
-        ARCHIVE_READS.labels(topic).inc()
-        ARCHIVE_READ_RECORDS.labels(topic).inc(records)
-
-
-def _focused(table: pa.Table, focus: DataFocus | None) -> pa.Table:
-    """``table`` under ``focus``; a reply without a schema (nothing to read) stays as it is."""
-    if focus is None or not table.num_columns:
-        return table
-    return focus.apply(table)
