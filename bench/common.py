@@ -57,6 +57,17 @@ def log(msg: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {msg}", file=sys.stderr, flush=True)
 
 
+DROP_CACHES = Path("/proc/sys/vm/drop_caches")
+
+
+def drop_page_cache() -> bool:
+    """Write back dirty pages, then drop every clean cached page of the machine (root only),
+    so that the next read comes from the disk. True, for use in a comprehension's ``if``."""
+    os.sync()
+    DROP_CACHES.write_text("3\n")
+    return True
+
+
 def add_node_env(ap: argparse.ArgumentParser) -> None:
     """``--node-env KEY=VALUE`` (repeatable): extra environment for the node under test."""
     ap.add_argument(

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
 import shutil
 import sys
 import tempfile
@@ -47,6 +48,7 @@ import httpx
 import disk_ceiling
 from clients import CLIENTS
 from common import (
+    DROP_CACHES,
     NODE_START_S,
     NODE_STOP_S,
     GiB,
@@ -55,6 +57,7 @@ from common import (
     default_data_root,
     dir_size,
     disk_budget,
+    drop_page_cache,
     emit,
     handle_signals,
     log,
@@ -149,6 +152,7 @@ def run_one(
             read, warm = (
                 read_partitions(args.client, server.url, server.pid, TOPIC, ranges, args.page_size)
                 for _ in range(2)
+                if not args.cold_reads or drop_page_cache()
             )
             for label, r in (("read", read), ("read again", warm)):
                 log(
@@ -347,6 +351,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "took 1-2 s on every system, too short for the read ratio to settle",
     )
     ap.add_argument("--page-size", type=int, default=10_000, help="rows per read page [10000]")
+    ap.add_argument(
+        "--cold-reads",
+        action="store_true",
+        help="drop the page cache (sync, then /proc/sys/vm/drop_caches; root only) before\n"
+        "each read, so that every system reads from the disk: plateau writes through the\n"
+        "page cache and reads the rows it just wrote from memory, the node writes O_DIRECT",
+    )
     ap.add_argument("--client", choices=CLIENTS, default="stdlib", help="HTTP client [stdlib]")
     ap.add_argument(
         "--data-root", type=Path, default=default_data_root(), help="where phases' temp dirs go"
@@ -370,6 +381,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         args.ceiling_gaps = disk_ceiling.parse_gaps(args.ceiling_gaps_ms)
     except ValueError as exc:
         ap.error(f"--ceiling-gaps-ms: {exc}")
+    if args.cold_reads and not os.access(DROP_CACHES, os.W_OK):
+        ap.error(f"--cold-reads: {DROP_CACHES} is not writable (run as root)")
     if args.ceiling_seconds < 0:
         ap.error("--ceiling-seconds must be >= 0")
     topics = [t.strip() for t in args.node_topics.split(",") if t.strip()]
@@ -398,6 +411,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "partitions": args.partitions,
         "rows_per_batch": args.rows_per_batch,
         "page_size": args.page_size,
+        "cold_reads": args.cold_reads,
         "read_rows": args.read_rows,
         "compression": args.compression or "default",
         "workloads": {},

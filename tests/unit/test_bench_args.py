@@ -13,6 +13,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import archive
+import common
 import ingest
 import ingest_vs_rs
 
@@ -33,3 +34,32 @@ def test_node_env_is_a_mapping_and_bad_values_exit_2(
             parse(["--node-env", bad])
         assert exit_.value.code == 2
         assert f"--node-env: expected KEY=VALUE, got {bad!r}" in capsys.readouterr().err
+
+
+def test_cold_reads_needs_a_writable_drop_caches(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``--cold-reads`` drops the page cache before each read: without the right to (not
+    root), it is a usage error before any server starts, not a failure halfway through."""
+    assert ingest_vs_rs.parse_args(RS).cold_reads is False
+    missing = tmp_path / "absent" / "drop_caches"
+    monkeypatch.setattr(ingest_vs_rs, "DROP_CACHES", missing)
+    with pytest.raises(SystemExit) as exit_:
+        ingest_vs_rs.parse_args([*RS, "--cold-reads"])
+    assert exit_.value.code == 2
+    assert f"--cold-reads: {missing} is not writable" in capsys.readouterr().err
+    writable = tmp_path / "drop_caches"
+    writable.write_text("")
+    monkeypatch.setattr(ingest_vs_rs, "DROP_CACHES", writable)
+    assert ingest_vs_rs.parse_args([*RS, "--cold-reads"]).cold_reads is True
+
+
+def test_drop_page_cache_asks_the_kernel_to_drop_every_clean_page(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The value written is 3 (page cache, dentries and inodes), after a sync: dirty pages
+    are not dropped, so without the sync a read could still come from memory."""
+    target = tmp_path / "drop_caches"
+    monkeypatch.setattr(common, "DROP_CACHES", target)
+    assert common.drop_page_cache() is True
+    assert target.read_text() == "3\n"
