@@ -70,6 +70,10 @@ the unlimited rate). Parquet seals are capped apart (``sealing.REWRITES_AT_ONCE`
 class Engine(EngineReads, EngineUpkeep):
     """Owns the manifest, every partition writer, retention and the snapshot.
 
+    Its reads are in ``EngineReads`` (``engine_reads``) and its background upkeep in
+    ``EngineUpkeep`` (``engine_upkeep``); the attributes they share are declared in
+    ``EngineParts`` and set here.
+
     Locks, in the order they may be taken (``plateau.storage.catalog.locks`` checks it
     in debug runs): the catalog's ``admin_lock`` (topic create/update/delete and
     new partitions, one at a time; they write the manifest under it, appends

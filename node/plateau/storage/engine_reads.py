@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Callable
-from pathlib import Path
 from typing import TypeVar
 
 import pyarrow as pa
@@ -20,34 +19,22 @@ from plateau.protocol.focus import DataFocus
 from plateau.protocol.names import check_name
 from plateau.protocol.values import Order, RecordStatus, Span
 from plateau.storage import record_reads
-from plateau.storage.archive import Archive, ArchiveStatus
 from plateau.storage.archive.history import ArchivedRun, ArchiveReads
-from plateau.storage.catalog.manifest import Manifest
 from plateau.storage.catalog.memory import MemoryBudget
-from plateau.storage.catalog.progress import Progress
-from plateau.storage.data.reader_cache import ReaderCache
+from plateau.storage.engine_parts import EngineParts
 from plateau.storage.metrics import ARCHIVE_READ_RECORDS, ARCHIVE_READS
 from plateau.storage.partition import PartitionView
-from plateau.storage.topics import Topic
 from plateau.storage.types import PartitionRead, TimeRange, TopicRead
 
 READ_ATTEMPTS = 3
 R = TypeVar("R")
 
 
-class EngineReads:
-    """Reads of ``Engine``'s topics; the attributes below are the engine's."""
+class EngineReads(EngineParts):
+    """Reads of ``Engine``'s topics; the attributes below (and ``EngineParts``') are the
+    engine's."""
 
-    data_dir: Path
-    archive: Archive | None
-    archive_status: ArchiveStatus
     memory: MemoryBudget
-    progress: Progress
-    _cache: ReaderCache
-    _manifest: Manifest
-
-    def _topic(self, topic: str) -> Topic:
-        raise NotImplementedError  # Engine's: the catalog's topic, or NotFound
 
     @functools.cached_property
     def _archive_reads(self) -> ArchiveReads | None:
@@ -77,7 +64,7 @@ class EngineReads:
         than the local disk's (what ``GET /topic/{t}`` reports, so readers see one history)."""
         archived = self._archived(topic)
         spans: dict[str, Span] = {}
-        for name, p in sorted(self._topic(topic).by_name().items()):
+        for name, p in sorted(self._catalog.get(topic).by_name().items()):
             view = p.view()
             run = None if archived is None else archived(name, view)
             spans[name] = Span(view.start if run is None else run.start, view.end)
@@ -109,7 +96,7 @@ class EngineReads:
         archived = self._archived(topic)
 
         def read() -> PartitionRead:
-            t = self._topic(topic)
+            t = self._catalog.get(topic)
             with t.lock:
                 p = t.partitions.get(partition)
             if p is None:
@@ -151,7 +138,7 @@ class EngineReads:
             check_name("partition", name)
 
         def read() -> TopicRead:
-            parts = self._topic(topic).by_name()
+            parts = self._catalog.get(topic).by_name()
             names = record_reads.select_partitions(list(parts), partition_filter)
             return record_reads.iterate(
                 {n: parts[n].view for n in names},

@@ -14,34 +14,25 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from pathlib import Path
 
 from plateau.protocol.topic_config import TopicConfig
 from plateau.storage import retention
-from plateau.storage.archive import Archive, ArchiveStatus, Uploader
-from plateau.storage.catalog.manifest import Manifest
-from plateau.storage.catalog.progress import Progress
+from plateau.storage.archive import Uploader
 from plateau.storage.config import StorageSettings
-from plateau.storage.data.reader_cache import ReaderCache
+from plateau.storage.engine_parts import EngineParts
 from plateau.storage.metrics import TOPIC_BYTES
 from plateau.storage.partition import Partition
 from plateau.storage.snapshot_writer import SnapshotPublisher
-from plateau.storage.topics import Catalog, Topic
+from plateau.storage.topics import Topic
 
 log = logging.getLogger(__name__)
 
 
-class EngineUpkeep:
-    """Retention and timed work on ``Engine``'s topics; the attributes below are the engine's."""
+class EngineUpkeep(EngineParts):
+    """Retention and timed work on ``Engine``'s topics; the attributes below (and
+    ``EngineParts``') are the engine's."""
 
     settings: StorageSettings
-    data_dir: Path
-    archive: Archive | None
-    archive_status: ArchiveStatus
-    progress: Progress
-    _catalog: Catalog
-    _manifest: Manifest
-    _cache: ReaderCache
     _snapshot: SnapshotPublisher
     _uploader: Uploader | None
     _closed: threading.Event
