@@ -14,6 +14,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 import archive
 import common
+import direct_reads
 import ingest
 import ingest_vs_rs
 
@@ -63,3 +64,26 @@ def test_drop_page_cache_asks_the_kernel_to_drop_every_clean_page(
     monkeypatch.setattr(common, "DROP_CACHES", target)
     assert common.drop_page_cache() is True
     assert target.read_text() == "3\n"
+
+
+@pytest.mark.parametrize(
+    "bad", [["--threads", "x"], ["--threads", ""], ["--read-mib", "0"], ["--files", "0"]]
+)
+def test_direct_reads_bad_arguments_exit_2(
+    bad: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exit_:
+        direct_reads.parse_args(bad)
+    assert exit_.value.code == 2
+    assert "--threads" in capsys.readouterr().err
+
+
+def test_direct_reads_reads_every_byte_of_every_file(tmp_path: Path) -> None:
+    """The rate is over bytes actually read back: every file whole, at any thread count
+    and read size (the last read of a file may be short)."""
+    paths = direct_reads.write_files(tmp_path, 2, 3 * 1024 * 1024)
+    assert [p.stat().st_size for p in paths] == [3 * 1024 * 1024] * 2
+    for threads, size in ((1, 1024 * 1024), (3, 2 * 1024 * 1024)):
+        got, seconds = direct_reads.read_all(paths, threads, size)
+        assert got == 2 * 3 * 1024 * 1024
+        assert seconds > 0
