@@ -573,7 +573,8 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
                 BASELINE_TOPIC,
             )
             baseline_peak_rss_mb = sampler.peak_mb
-        name = "unlimited" if args.rate is None else "rate"
+        # not "unlimited": with --compare-unlimited that word means no memory limit
+        name = "full load" if args.rate is None else "rate"
         phases.append(phase(name, args.clients, args.partitions, args.rate))
         if args.half_rate_check:
             half = phases[0].rows_per_s / 2
