@@ -60,12 +60,11 @@ def log(msg: str) -> None:
 DROP_CACHES = Path("/proc/sys/vm/drop_caches")
 
 
-def drop_page_cache() -> bool:
+def drop_page_cache() -> None:
     """Write back dirty pages, then drop every clean cached page of the machine (root only),
-    so that the next read comes from the disk. True, for use in a comprehension's ``if``."""
+    so that the next read comes from the disk."""
     os.sync()
     DROP_CACHES.write_text("3\n")
-    return True
 
 
 def add_node_env(ap: argparse.ArgumentParser) -> None:

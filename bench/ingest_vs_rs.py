@@ -149,11 +149,16 @@ def run_one(
             # server warm (a fresh node's first read also grows its allocator's heap, a
             # page fault per new page, which a node that has served reads before has done;
             # under mimalloc that was a quarter of the node's CPU, under jemalloc 1%)
-            read, warm = (
-                read_partitions(args.client, server.url, server.pid, TOPIC, ranges, args.page_size)
-                for _ in range(2)
-                if not args.cold_reads or drop_page_cache()
-            )
+            reads = []
+            for _ in range(2):
+                if args.cold_reads:
+                    drop_page_cache()
+                reads.append(
+                    read_partitions(
+                        args.client, server.url, server.pid, TOPIC, ranges, args.page_size
+                    )
+                )
+            read, warm = reads
             for label, r in (("read", read), ("read again", warm)):
                 log(
                     f"{workload} pair {pair} {system}: {label} {r.rows:,} rows in "
