@@ -5,8 +5,11 @@
 
 Why: the node reads sealed arrow segments with ``O_DIRECT`` (``storage.direct_reads``),
 straight from the disk, so a read of values that do not compress cannot go faster
-than the disk's direct reads, whatever the node's CPU. Plateau's Rust server writes
-through the page cache and reads rows it has just written from memory, so in
+than the disk's direct reads, whatever the node's CPU. The reads go through the
+node's own call (``direct_io.read_bytes_direct``): a first version that read into an
+``mmap`` buffer with ``os.preadv`` got less than half the rate on the same disk.
+Plateau's Rust server writes through the page cache and reads rows it has just
+written from memory, so in
 ``bench/ingest_vs_rs.py`` its reads are not bound by the disk at all. This measures
 that bound on its own: ``--files`` files of ``--file-bytes`` random bytes are written
 (and fsynced) under ``--data-root``, then read whole with ``O_DIRECT`` by each number of
@@ -20,19 +23,19 @@ threads x size: ``threads``, ``read_mib``, ``gb_per_s``), ``gb_per_s_max`` and
 from __future__ import annotations
 
 import argparse
-import mmap
 import os
 import shutil
 import sys
 import tempfile
-import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from common import MiB, default_data_root, emit, log
+from plateau.storage.data.direct_io import open_direct, read_bytes_direct
 
 ROW_BYTES = 140  # bench/workloads.py's incompressible row
 
@@ -56,41 +59,28 @@ def write_files(root: Path, files: int, size: int) -> list[Path]:
 
 def read_all(paths: list[Path], threads: int, read_bytes: int) -> tuple[int, float]:
     """Bytes read and seconds taken reading every file whole with ``threads`` threads,
-    ``read_bytes`` a read."""
-    jobs = [(p, off) for p in paths for off in range(0, p.stat().st_size, read_bytes)]
-    lock = threading.Lock()  # guards next_job and total; never held across a read
-    next_job = 0
-    total = 0
-
-    def worker() -> None:
-        nonlocal next_job, total
-        buffer = mmap.mmap(-1, read_bytes)  # page-aligned, as O_DIRECT needs
-        fds: dict[Path, int] = {}
-        try:
-            while True:
-                with lock:
-                    if next_job >= len(jobs):
-                        return
-                    path, offset = jobs[next_job]
-                    next_job += 1
-                fd = fds.get(path)
-                if fd is None:
-                    fd = fds[path] = os.open(path, os.O_RDONLY | os.O_DIRECT)
-                got = os.preadv(fd, [buffer], offset)
-                with lock:
-                    total += got
-        finally:
-            for fd in fds.values():
-                os.close(fd)
-            buffer.close()
-
-    started = time.perf_counter()
-    pool = [threading.Thread(target=worker, name=f"reader-{i}") for i in range(threads)]
-    for t in pool:
-        t.start()
-    for t in pool:
-        t.join()
-    return total, time.perf_counter() - started
+    ``read_bytes`` a read, through the node's own direct read (``read_bytes_direct``:
+    an aligned read into a new buffer of Arrow's memory pool, as a decode-ahead does)."""
+    fds = {}
+    try:
+        for path in paths:
+            fd = open_direct(path)
+            if fd is None:
+                raise OSError(f"{path}: this filesystem has no O_DIRECT")
+            fds[path] = fd
+        jobs = [
+            (fds[p], off, min(read_bytes, size - off))
+            for p in paths
+            for size in [p.stat().st_size]
+            for off in range(0, size, read_bytes)
+        ]
+        started = time.perf_counter()
+        with ThreadPoolExecutor(max_workers=threads, thread_name_prefix="reader") as pool:
+            total = sum(pool.map(lambda job: read_bytes_direct(*job).size, jobs))
+        return total, time.perf_counter() - started
+    finally:
+        for fd in fds.values():
+            os.close(fd)
 
 
 def _ints(text: str) -> list[int]:
