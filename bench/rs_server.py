@@ -23,7 +23,7 @@ import pyarrow.ipc as ipc
 
 from clients import TransportError, open_client
 from common import percentile, self_cpu_s, usage
-from plateau.protocol import ARROW_FILE
+from plateau.protocol import ACCEPT_ARROW_COMPRESSION_HEADER, ARROW_FILE
 
 # plateau's default keeps 1 GiB a partition: a 15 s phase writes more, and reads
 # and bytes-per-row want every row kept, so the runs raise it (nothing else changes)
@@ -154,7 +154,8 @@ def read_partitions(
                         f"/topic/{topic}/partition/{partition}/records",
                         {"start": pos, "page_size": min(page_size, end - pos)},
                         b"",
-                        {"accept": ARROW_FILE},
+                        # pyarrow decodes both codecs; plateau ignores the header
+                        {"accept": ARROW_FILE, ACCEPT_ARROW_COMPRESSION_HEADER: "lz4_frame, zstd"},
                     )
                 except TransportError as exc:
                     with lock:

@@ -32,6 +32,10 @@ MAX_REQUEST_SIZE_HEADER = "x-max-request-size"
 ARCHIVED_RECORDS_HEADER = "x-archived-records"
 """On a read reply: how many of its records were read from the object-storage archive
 (absent when none were)."""
+ACCEPT_ARROW_COMPRESSION_HEADER = "x-accept-arrow-compression"
+"""On an Arrow partition read: the IPC buffer codecs the reader decodes, comma-separated
+(``lz4_frame`` or ``lz4``, ``zstd``; unknown names are ignored). Batches stored compressed
+with one of them may then be sent as stored. Without it no reply is compressed."""
 RETRY_AFTER_HEADER = "retry-after"
 """On a 429: whole seconds to wait before retrying."""
 

@@ -41,7 +41,10 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from plateau import protocol
 from plateau.protocol import (
+    ACCEPT_ARROW_COMPRESSION_HEADER,
     ARCHIVED_RECORDS_HEADER,
+    ARROW_FILE,
+    ARROW_STREAM,
     DEFAULT_PAGE_SIZE,
     ITERATION_STATUS_HEADER,
     JSON,
@@ -60,9 +63,11 @@ from plateau.server.auth import bearer_token, check_token
 from plateau.server.body import check_declared_length, read_append_body, read_body
 from plateau.server.body_pool import BodyPool, Pieces
 from plateau.server.codecs import (
+    accepted_codecs,
     append_media_type,
     decode_append_messages,
     encode_arrow,
+    encode_stored,
     reply_media_type,
 )
 from plateau.server.errors import response_for
@@ -81,6 +86,7 @@ from plateau.server.params import (
 from plateau.server.state import NodeState
 from plateau.storage.engine import Engine
 from plateau.storage.metrics import APPEND_STAGE_SECONDS
+from plateau.storage.stored_reads import StoredRead
 from plateau.storage.types import PartitionRead, TimeRange
 
 MAX_CURSOR_BYTES = 1024 * 1024
@@ -140,6 +146,12 @@ def read_partition_now(request: Request, state: NodeState, topic: str, partition
     limit = _page_size(request)
     times = _times(request)
     focus = data_focus(request.query_params)
+    media = reply_media_type(request.headers.get("accept"))
+    if media in (ARROW_FILE, ARROW_STREAM) and times is None and focus is None:
+        codecs = accepted_codecs(request.headers.get(ACCEPT_ARROW_COMPRESSION_HEADER))
+        stored = state.engine.read_stored(topic, partition, start, limit, codecs)
+        if stored is not None:
+            return _stored_reply(stored, media)
     return _read_partition(
         state.engine,
         topic,
@@ -148,9 +160,22 @@ def read_partition_now(request: Request, state: NodeState, topic: str, partition
         limit,
         times,
         state.settings.server.max_page_bytes,
-        reply_media_type(request.headers.get("accept")),
+        media,
         focus,
     )
+
+
+def _stored_reply(stored: StoredRead, media: str) -> Response:
+    """``_read_partition``'s Arrow reply, of batches as stored (``storage.stored_reads``)."""
+    span = stored.span
+    headers = {
+        ITERATION_STATUS_HEADER: json.dumps(str(stored.status)),
+        SPAN_START_HEADER: str(span.start),
+        SPAN_END_HEADER: str(span.end),
+    }
+    metadata = {"status": json.dumps(str(stored.status)), "span": json.dumps(span.to_json())}
+    body = encode_stored(stored.schema, stored.batches, media, metadata)
+    return Response(body, headers=headers, media_type=media)
 
 
 def _read_partition(

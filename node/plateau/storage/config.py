@@ -178,6 +178,15 @@ class StorageSettings(BaseModel):
         "of the next segment) on a background thread while a reader goes forward through "
         "history, so that its pages do not wait for decoding. Needs read_cache_bytes.",
     )
+    stored_reads: bool = Field(
+        default=True,
+        description="Send a partition page of an arrow topic as its segment stores it (whole "
+        "record batches, neither decoded nor encoded again) when the page is whole batches of "
+        "one sealed segment and the reader asks for Arrow with no time range or focus; the "
+        "next page's bytes are read ahead (with decode_ahead). Batches stored compressed go "
+        "out so only to readers that list their codec in x-accept-arrow-compression. Off: "
+        "every page is decoded and encoded again (the same rows, span and status).",
+    )
     sealer_nice: int = Field(
         default=0,
         ge=0,

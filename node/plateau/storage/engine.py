@@ -104,6 +104,7 @@ class Engine(EngineReads, EngineUpkeep):
             direct_reads=settings.direct_reads,
         )
         self.memory.read_cache_used = self._cache.decoded_bytes
+        self.stored_reads = settings.stored_reads
         self.progress = Progress(settings.stall_seconds)
         self._snapshot = SnapshotPublisher(self.data_dir, lambda: self._catalog.current())
         self._sealer = ThreadPoolExecutor(

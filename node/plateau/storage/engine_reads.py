@@ -24,6 +24,7 @@ from plateau.storage.catalog.memory import MemoryBudget
 from plateau.storage.engine_parts import EngineParts
 from plateau.storage.metrics import ARCHIVE_READ_RECORDS, ARCHIVE_READS
 from plateau.storage.partition import PartitionView
+from plateau.storage.stored_reads import StoredRead, read_stored
 from plateau.storage.types import PartitionRead, TimeRange, TopicRead
 
 READ_ATTEMPTS = 3
@@ -35,6 +36,7 @@ class EngineReads(EngineParts):
     engine's."""
 
     memory: MemoryBudget
+    stored_reads: bool
 
     @functools.cached_property
     def _archive_reads(self) -> ArchiveReads | None:
@@ -121,6 +123,34 @@ class EngineReads(EngineParts):
         _count_archived(topic, result.archived)
         table = _focused(result.table, focus)
         return PartitionRead(table, result.span, result.status, result.archived)
+
+    def read_stored(
+        self, topic: str, partition: str, start: int, limit: int, codecs: frozenset[int]
+    ) -> StoredRead | None:
+        """``read_partition``'s page as the segment stores it, when it is whole stored batches
+        (``stored_reads``); None: read it with ``read_partition``.
+
+        Not for rows in the archive (``start`` below the local disk's, with an
+        archive): those are read decoded.
+        """
+        check_name("partition", partition)
+        if not self.stored_reads:
+            return None
+        archived = self._archived(topic)
+
+        def read() -> StoredRead | None:
+            t = self._catalog.get(topic)
+            with t.lock:
+                p = t.partitions.get(partition)
+            if p is None:
+                return None
+            view = p.view()
+            if archived is not None and start < view.start:
+                return None
+            return read_stored(view, self.data_dir, self._cache, start, limit, codecs)
+
+        with self.progress.track(f"read {topic}/{partition}"):
+            return self._retrying_deleted(read)
 
     def iterate_topic(
         self,

@@ -92,6 +92,12 @@ READ_CHUNKS = Counter(
     ["how"],
 )
 
+READ_BATCHES_STORED = Counter(
+    "plateau_read_batches_stored_total",
+    "Record batches of sealed arrow segments sent to partition readers as the file holds "
+    "them, neither decoded nor encoded again (see docs/ingest.md, stored reads)",
+)
+
 ARROW_ALLOCATED_BYTES = Gauge(
     "plateau_arrow_allocated_bytes",
     "Bytes held in Arrow's memory pool (open segments, decoded reads, seals in progress); "

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import bisect
 import contextlib
+import functools
 import logging
 import os
 import threading
@@ -32,8 +33,10 @@ from plateau.storage.data.arrow_footer import Block, batch_rows, record_batch_bl
 from plateau.storage.data.decoded_cache import ChunkId, Columns, DecodedCache
 from plateau.storage.data.direct_io import open_direct, read_bytes_direct
 from plateau.storage.data.durable_io import PAGE
+from plateau.storage.data.ipc_messages import message_codec
 from plateau.storage.data.sealed_writer import arrow_batches
-from plateau.storage.metrics import READ_CHUNKS
+from plateau.storage.data.stored_batches import StoredAhead, StoredBatches
+from plateau.storage.metrics import READ_BATCHES_STORED, READ_CHUNKS
 
 log = logging.getLogger(__name__)
 
@@ -42,6 +45,7 @@ READ_AHEAD_BYTES = 8 * 1024 * 1024
 
 _DEMAND = READ_CHUNKS.labels(how="demand")
 _AHEAD = READ_CHUNKS.labels(how="ahead")
+_STORED = READ_BATCHES_STORED
 
 
 class SegmentReader:
@@ -106,6 +110,7 @@ class SegmentReader:
         self._close_fd = weakref.finalize(self, _close_quietly, self._fd)
         self._size = os.fstat(self._fd).st_size
         self._read_ahead_to = 0
+        self._stored_ahead = StoredAhead(decoder, self._cache)
         try:
             counts = self._open(path, fmt)
             if direct and self._file_reader is not None:
@@ -203,6 +208,59 @@ class SegmentReader:
         self._look_ahead(last + 1, columns)
         table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
         return table.slice(offset - self._starts[first], end - offset)
+
+    def stored(self, offset: int, count: int, codecs: frozenset[int]) -> StoredBatches | None:
+        """Rows ``[offset, offset + count)`` as the file holds them: whole record batch
+        messages, read and never decoded (``stored_reads``).
+
+        None unless the rows are whole batches of an arrow file whose blocks the
+        footer gives, with no dictionary, each stored plain or compressed with
+        one of ``codecs`` (what the reader can decode): the caller then reads
+        them decoded. Nothing is decoded ahead for such reads.
+        """
+        end = offset + count
+        first = bisect.bisect_left(self._starts, offset)
+        stop = bisect.bisect_left(self._starts, end)
+        if (
+            not self._blocks
+            or count <= 0
+            or _has_dictionary(self.schema)
+            or stop >= len(self._starts)
+            or self._starts[first] != offset
+            or self._starts[stop] != end
+        ):
+            return None
+        blocks = self._blocks[first:stop]
+        begin = blocks[0].offset
+        length = blocks[-1].offset + blocks[-1].length - begin
+        if length != sum(b.length for b in blocks):
+            return None  # not back to back: a file the node did not write
+        data = self._stored_ahead.take((first, stop))
+        if data is None:
+            data = self._read_stored(begin, length)
+        for chunk in range(first, stop):
+            self._drop_pages(chunk)
+        ahead = min(stop + stop - first, self.chunks)
+        if stop < ahead:  # the page after this one, of as many batches, read in the background
+            next_begin = self._blocks[stop].offset
+            next_length = self._blocks[ahead - 1].offset + self._blocks[ahead - 1].length
+            read = functools.partial(self._read_stored, next_begin, next_length - next_begin)
+            self._stored_ahead.submit((stop, ahead), read)
+        placed = [Block(b.offset - begin, b.meta_length, b.body_length) for b in blocks]
+        for b in placed:
+            codec = message_codec(data.slice(b.offset + 8, b.meta_length - 8))
+            if codec is not None and codec not in codecs:
+                return None
+        _STORED.inc(len(placed))
+        return StoredBatches(data, placed, end - offset)
+
+    def _read_stored(self, begin: int, length: int) -> pa.Buffer:
+        with self._lock:
+            if self._closed:
+                raise ValueError(f"segment reader of {self._key} is closed")
+            if self._direct_fd is not None:
+                return read_bytes_direct(self._direct_fd, begin, length)
+            return pa.py_buffer(os.pread(self._fd, length, begin))
 
     def _projection(self, columns: Columns | None) -> Columns | None:
         """None for every column, so a read of all of them shares the whole chunk's entry."""
@@ -366,6 +424,7 @@ class SegmentReader:
         (A pread or fadvise racing a close could otherwise use a descriptor
         number that another file reopened in between.)
         """
+        self._stored_ahead.close()
         with self._lock:
             self._closed = True
             self._cache.drop(self._key)
