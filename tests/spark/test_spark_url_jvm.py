@@ -13,13 +13,14 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import numpy as np
 import pyarrow as pa
 import pytest
 
 import plateau.spark
 from plateau.client import PlateauClient
-from testkit.nodeproc import NodeProcess
+from testkit.nodeproc import NodeProcess, metric_values
 from tests.spark.test_spark_batch import expect, keyed, load
 from tests.spark.topics import STEP_MS, T0_MS, expected_time, fill, rows, value
 
@@ -54,12 +55,22 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
             client.put_topic("nested", partitions=1)
             nested = pa.array([{"u": i} for i in range(30)], pa.struct([("u", pa.uint32())]))
             client.append("nested", "0", rows("0", 0, 30).append_column("n", nested))
+            # lz4 batches sealed two to a segment, read in pages of one batch: sent as stored
+            client.put_topic(
+                "packed", partitions=1, segment_max_rows=200, segment_compression="lz4"
+            )
+            for lo in range(0, 500, 100):
+                client.append("packed", "0", packed(lo, lo + 100))
             client.put_topic("big", partitions=2, segment_max_rows=20_000)
             for p in ("0", "1"):
                 client.append("big", p, rows(p, 0, 60_000))
         yield proc
     finally:
         proc.stop()
+
+
+def packed(lo: int, hi: int) -> pa.Table:
+    return rows("0", lo, hi).append_column("note", pa.array(["again and again " * 20] * (hi - lo)))
 
 
 def stamped(lo: int, hi: int) -> pa.Table:
@@ -115,6 +126,26 @@ def test_whole_topic_same_rows_as_format_plateau(spark: Any, node: NodeProcess, 
     for (p, i), row in got.items():
         assert row["v"] == value(p, i) and row["s"] == f"r{i}"
         assert row["_time"] == expected_time(i).astimezone().replace(tzinfo=None)
+
+
+def test_compressed_pages_are_read_as_stored(spark: Any, node: NodeProcess) -> None:
+    """The JVM reader names the codecs it decodes: lz4 batches come compressed as stored
+    (the node's count of stored batches grows) and read as format("plateau") reads them."""
+    auth = {"authorization": f"Bearer {TOKEN}"}
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:  # both full segments sealed (a seal takes moments)
+        usage = httpx.get(f"{node.url}/admin/topics/packed", headers=auth).json()["usage"]
+        if usage["partitions"]["0"]["segments"] >= 3:
+            break
+        time.sleep(0.05)
+    before = sum(metric_values(node.url, "plateau_read_batches_stored_total").values())
+    ours = jvm(spark, node, topic="packed", **{"url.pageRows": "100"})
+    got = keyed(ours)
+    assert got == keyed(python(spark, node, topic="packed"))
+    assert set(got) == expect({"0": (0, 500)})
+    assert all(row["note"] == "again and again " * 20 for row in got.values())
+    after = sum(metric_values(node.url, "plateau_read_batches_stored_total").values())
+    assert after >= before + 4  # the two sealed segments' four batches, at least
 
 
 def test_partitions_offsets_and_time(spark: Any, node: NodeProcess) -> None:

@@ -52,6 +52,7 @@ from plateau.client.wire import (
     to_table,
 )
 from plateau.protocol import (
+    ACCEPT_ARROW_COMPRESSION_HEADER,
     ADMIN_NODE_PATH,
     ADMIN_TOPIC_PATH,
     APPEND_PATH,
@@ -66,6 +67,9 @@ from plateau.protocol import (
 from plateau.protocol.focus import DataFocus
 from plateau.protocol.replies import NodeInfo, TopicPutReply, TopicStatus
 from plateau.protocol.values import RecordStatus, Span
+
+READ_CODECS = "lz4_frame, zstd"
+"""The Arrow IPC buffer codecs this client's pyarrow decodes (x-accept-arrow-compression)."""
 
 T = TypeVar("T")
 R = TypeVar("R")
@@ -245,7 +249,9 @@ def read(
     params = [("start", str(start)), ("page_size", str(page_size))]
     params += time_params(time_start, time_end) + focus_params(focus)
     path = READ_PARTITION_PATH.format(topic=quote_name(topic), partition=quote_name(partition))
-    call = Call("GET", path, params=params, headers={"accept": ARROW_FILE})
+    # pyarrow decodes both codecs: a page stored compressed comes as stored (stored reads)
+    headers = {"accept": ARROW_FILE, ACCEPT_ARROW_COMPRESSION_HEADER: READ_CODECS}
+    call = Call("GET", path, params=params, headers=headers)
     reply = yield from request(call, state)
     return parse_partition_page(reply, start)
 

@@ -36,6 +36,7 @@ class DecodedCache:
         self._unread_bytes = 0
         self._ahead_queued = 0
         self._mean_chunk = 0.0
+        self._stored_ahead = 0  # bytes of stored pages read ahead (``stored_batches``)
 
     def reserve_ahead(self) -> bool:
         """Room to decode one more chunk ahead? If so it is counted until ``put``.
@@ -48,7 +49,7 @@ class DecodedCache:
         """
         with self._lock:
             expected = self._unread_bytes + (self._ahead_queued + 1) * self._mean_chunk
-            if expected > self._budget / 2:
+            if expected + self._stored_ahead > self._budget / 2:
                 return False
             self._ahead_queued += 1
             return True
@@ -57,9 +58,30 @@ class DecodedCache:
         with self._lock:
             self._ahead_queued -= 1
 
+    def reserve_stored(self, nbytes: int) -> bool:
+        """Room for a stored page of ``nbytes`` read ahead? If so it is counted until
+        ``release_stored``: in the same half of the budget as chunks decoded ahead, and in
+        ``used`` (decoded chunks are evicted to make room), so the memory budget sees it."""
+        with self._lock:
+            expected = self._unread_bytes + self._ahead_queued * self._mean_chunk
+            if expected + self._stored_ahead + nbytes > self._budget / 2:
+                return False
+            self._stored_ahead += nbytes
+            self._evict_locked()
+            return True
+
+    def release_stored(self, nbytes: int) -> None:
+        with self._lock:
+            self._stored_ahead -= nbytes
+
+    @property
+    def stored_ahead(self) -> int:
+        """Bytes of stored pages read ahead and not yet taken or dropped."""
+        return self._stored_ahead
+
     @property
     def used(self) -> int:
-        return self._size
+        return self._size + self._stored_ahead
 
     def get(self, key: str, chunk: ChunkId) -> pa.Table | None:
         with self._lock:
@@ -86,9 +108,12 @@ class DecodedCache:
                 self._unread_bytes += size
             self._by_key.setdefault(key, set()).add(chunk)
             self._size += size
-            while self._size > self._budget:
-                (old_key, old_chunk), _ = next(iter(self._chunks.items()))
-                self._pop_locked(old_key, old_chunk)
+            self._evict_locked()
+
+    def _evict_locked(self) -> None:
+        while self._chunks and self._size + self._stored_ahead > self._budget:
+            (old_key, old_chunk), _ = next(iter(self._chunks.items()))
+            self._pop_locked(old_key, old_chunk)
 
     def drop(self, key: str) -> None:
         """Forget every chunk of ``key`` (its segment was closed or deleted)."""

@@ -244,8 +244,9 @@ class SegmentReader:
         if stop < ahead:  # the page after this one, of as many batches, read in the background
             next_begin = self._blocks[stop].offset
             next_length = self._blocks[ahead - 1].offset + self._blocks[ahead - 1].length
-            read = functools.partial(self._read_stored, next_begin, next_length - next_begin)
-            self._stored_ahead.submit((stop, ahead), read)
+            nbytes = next_length - next_begin
+            read = functools.partial(self._read_stored, next_begin, nbytes)
+            self._stored_ahead.submit((stop, ahead), nbytes, read)
         placed = [Block(b.offset - begin, b.meta_length, b.body_length) for b in blocks]
         for b in placed:
             codec = message_codec(data.slice(b.offset + 8, b.meta_length - 8))

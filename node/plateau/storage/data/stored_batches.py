@@ -9,15 +9,15 @@ it is read in the background (``SegmentReader.stored``), on the decode-ahead
 threads: the next request finds its bytes. Reads through ``O_DIRECT`` release
 the GIL, so this costs little CPU.
 
-Memory: each page read ahead holds one of the decoded cache's read-ahead
-places (``DecodedCache.reserve_ahead``) until it is taken or dropped, and a
-reader keeps at most ``MAX_PENDING`` (two readers paging through one segment
-at different places each keep theirs).
+Memory: a page read ahead counts its bytes in the decoded cache's budget
+(``DecodedCache.reserve_stored``: the half of it that reads ahead may use,
+and what the node's memory budget sees as used) from the moment it is asked
+for until it is taken or dropped; a reader keeps at most ``MAX_PENDING``
+(two readers paging through one segment at different places keep theirs).
 """
 
 from __future__ import annotations
 
-import contextlib
 import threading
 from collections import OrderedDict
 from collections.abc import Callable
@@ -51,10 +51,11 @@ class StoredAhead:
     def __init__(self, executor: Executor | None, cache: DecodedCache) -> None:
         self._executor = executor
         self._cache = cache
-        # guards _pending; taken before the decoded cache's lock (reserve_ahead), never after,
+        # guards _pending and _closed; taken before the decoded cache's lock, never after,
         # and nothing is awaited under it
         self._lock = threading.Lock()
-        self._pending: OrderedDict[ChunkRange, Future[pa.Buffer]] = OrderedDict()
+        self._pending: OrderedDict[ChunkRange, tuple[Future[pa.Buffer], int]] = OrderedDict()
+        self._closed = False
 
     def take(self, chunks: ChunkRange) -> pa.Buffer | None:
         """The bytes of ``chunks`` if they were read ahead (waiting for a read under way).
@@ -63,45 +64,48 @@ class StoredAhead:
         itself and reports its own error.
         """
         with self._lock:
-            future = self._pending.pop(chunks, None)
-        if future is None:
+            entry = self._pending.pop(chunks, None)
+        if entry is None:
             return None
+        future, nbytes = entry
         try:
             return future.result()
         except Exception:
             return None
         finally:
-            self._cache.unreserve_ahead()
+            self._cache.release_stored(nbytes)
 
-    def submit(self, chunks: ChunkRange, read: Callable[[], pa.Buffer]) -> None:
-        """Have ``read`` (the bytes of ``chunks``) run in the background, room permitting."""
+    def submit(self, chunks: ChunkRange, nbytes: int, read: Callable[[], pa.Buffer]) -> None:
+        """Have ``read`` (the ``nbytes`` of ``chunks``) run in the background, room permitting."""
         if self._executor is None:
             return
         with self._lock:
-            if chunks in self._pending or not self._cache.reserve_ahead():
+            if self._closed or chunks in self._pending or not self._cache.reserve_stored(nbytes):
                 return
             try:
                 future = self._executor.submit(read)
             except RuntimeError:  # shut down: the node is closing
-                self._cache.unreserve_ahead()
+                self._cache.release_stored(nbytes)
                 return
-            self._pending[chunks] = future
+            self._pending[chunks] = (future, nbytes)
             dropped = self._drop_oldest(MAX_PENDING)
-        for _ in range(dropped):
-            self._cache.unreserve_ahead()
+        self._release(dropped)
 
     def close(self) -> None:
-        """Drop every page read ahead (the segment reader is closing)."""
+        """Drop every page read ahead; none is read ahead from now on (the reader closes)."""
         with self._lock:
+            self._closed = True
             dropped = self._drop_oldest(0)
-        for _ in range(dropped):
-            self._cache.unreserve_ahead()
+        self._release(dropped)
 
-    def _drop_oldest(self, keep: int) -> int:
-        dropped = 0
+    def _drop_oldest(self, keep: int) -> list[int]:
+        dropped = []
         while len(self._pending) > keep:
-            _, future = self._pending.popitem(last=False)
-            with contextlib.suppress(Exception):
-                future.cancel()
-            dropped += 1
+            _, (future, nbytes) = self._pending.popitem(last=False)
+            future.cancel()  # if it is running, it finishes and its bytes are dropped
+            dropped.append(nbytes)
         return dropped
+
+    def _release(self, dropped: list[int]) -> None:
+        for nbytes in dropped:
+            self._cache.release_stored(nbytes)

@@ -18,6 +18,11 @@ import java.util.Optional;
  */
 final class NodeClient {
   static final String ARROW_FILE = "application/vnd.apache.arrow.file";
+  // The IPC buffer codecs PageReader decodes (CommonsCompressionFactory: commons-compress's
+  // LZ4 frames, zstd-jni; both in Spark's jars): a page the node stores compressed comes as
+  // stored, not decompressed and copied again for this reader.
+  static final String ACCEPT_COMPRESSION = "x-accept-arrow-compression";
+  static final String READ_CODECS = "lz4_frame, zstd";
   private static final Duration TIMEOUT = Duration.ofSeconds(60);
   private static final int ATTEMPTS = 3;
   private static final HttpClient HTTP =
@@ -58,6 +63,7 @@ final class NodeClient {
         HttpRequest.newBuilder(URI.create(uri.toString()))
             .timeout(TIMEOUT)
             .header("accept", ARROW_FILE)
+            .header(ACCEPT_COMPRESSION, READ_CODECS)
             .header("user-agent", "plateau-spark-jvm");
     if (spec.token != null && !spec.token.isEmpty()) {
       request.header("authorization", "Bearer " + spec.token);
