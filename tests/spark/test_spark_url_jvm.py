@@ -57,7 +57,11 @@ def node(tmp_path_factory: pytest.TempPathFactory) -> Iterator[NodeProcess]:
             client.append("nested", "0", rows("0", 0, 30).append_column("n", nested))
             # lz4 batches sealed two to a segment, read in pages of one batch: sent as stored
             client.put_topic(
-                "packed", partitions=1, segment_max_rows=200, segment_compression="lz4"
+                "packed",
+                partitions=1,
+                segment_format="arrow",
+                segment_max_rows=200,
+                segment_compression="lz4",
             )
             for lo in range(0, 500, 100):
                 client.append("packed", "0", packed(lo, lo + 100))
@@ -141,11 +145,11 @@ def test_compressed_pages_are_read_as_stored(spark: Any, node: NodeProcess) -> N
     before = sum(metric_values(node.url, "plateau_read_batches_stored_total").values())
     ours = jvm(spark, node, topic="packed", **{"url.pageRows": "100"})
     got = keyed(ours)
+    after = sum(metric_values(node.url, "plateau_read_batches_stored_total").values())
+    assert after >= before + 4  # the two sealed segments' four batches, at least
     assert got == keyed(python(spark, node, topic="packed"))
     assert set(got) == expect({"0": (0, 500)})
     assert all(row["note"] == "again and again " * 20 for row in got.values())
-    after = sum(metric_values(node.url, "plateau_read_batches_stored_total").values())
-    assert after >= before + 4  # the two sealed segments' four batches, at least
 
 
 def test_partitions_offsets_and_time(spark: Any, node: NodeProcess) -> None:

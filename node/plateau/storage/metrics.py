@@ -100,9 +100,11 @@ READ_BATCHES_STORED = Counter(
 
 ARROW_ALLOCATED_BYTES = Gauge(
     "plateau_arrow_allocated_bytes",
-    "Bytes held in Arrow's memory pool (open segments, decoded reads, seals in progress); "
+    "Bytes held in Arrow's memory pools (open segments, decoded reads, seals in progress; "
+    "direct reads land in mimalloc's pool, counted here too); "
     "the rest of the node's RSS is Python, request bodies and the allocator's free lists",
 )
+# storage.data.direct_io adds its read pool's bytes (its own pool: see there)
 ARROW_ALLOCATED_BYTES.set_function(lambda: float(pa.total_allocated_bytes()))
 
 # --- the object-storage archive (plateau.storage.archive) ------------------------------
