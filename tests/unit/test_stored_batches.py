@@ -4,9 +4,11 @@ when many threads read and one closes the segment under them."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import random
 import threading
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -46,6 +48,17 @@ def _decoded(stored: StoredBatches, schema: pa.Schema) -> pa.Table:
         for b in stored.blocks
     ]
     return pa.Table.from_batches(batches, schema)
+
+
+@contextlib.contextmanager
+def _reading(path: Path, cache: DecodedCache, threads: int = 2) -> Iterator[SegmentReader]:
+    """A reader whose next pages are read ahead on ``threads`` threads; closed after."""
+    with ThreadPoolExecutor(threads) as decoder:
+        reader = SegmentReader(path, "arrow", cache, decoder=decoder)
+        try:
+            yield reader
+        finally:
+            reader.close()
 
 
 def _file_bytes(path: Path, first: int, count: int) -> bytes:
@@ -118,7 +131,7 @@ def test_compressed_batches_go_only_to_readers_of_their_codec(
         reader.close()
 
 
-def test_segments_with_dictionaries_and_parquet_are_read_decoded(tmp_path: Path) -> None:
+def test_segments_with_dictionaries_are_read_decoded(tmp_path: Path) -> None:
     table = pa.table({"k": pa.array(["a", "b"] * 60).dictionary_encode()})
     reader = SegmentReader(_segment(tmp_path / "d.arrow", table=table), "arrow", DecodedCache(0))
     try:
@@ -130,10 +143,8 @@ def test_segments_with_dictionaries_and_parquet_are_read_decoded(tmp_path: Path)
 def test_the_next_page_is_read_ahead_within_the_budget(tmp_path: Path) -> None:
     path = _segment(tmp_path / "s.arrow")
     cache = DecodedCache(64 << 20)
-    with ThreadPoolExecutor(2) as decoder:
-        reader = SegmentReader(path, "arrow", cache, decoder=decoder)
+    with _reading(path, cache) as reader:
         pages = [reader.stored(first, 2 * BATCH, frozenset()) for first in range(0, ROWS, 60)]
-        reader.close()
     assert all(p is not None for p in pages)
     got = pa.concat_tables(_decoded(p, reader.schema) for p in pages if p is not None)
     assert got.equals(TABLE)
@@ -141,20 +152,17 @@ def test_the_next_page_is_read_ahead_within_the_budget(tmp_path: Path) -> None:
 
     # no room in the budget: nothing is read ahead, and the pages are read all the same
     small = DecodedCache(1024)
-    with ThreadPoolExecutor(2) as decoder:
-        reader = SegmentReader(path, "arrow", small, decoder=decoder)
+    with _reading(path, small) as reader:
         for first in range(0, ROWS, BATCH):
             page = reader.stored(first, BATCH, frozenset())
             assert page is not None and page.rows == BATCH
             assert small.stored_ahead == 0
-        reader.close()
 
 
 def test_pages_read_ahead_count_as_used_until_taken(tmp_path: Path) -> None:
     path = _segment(tmp_path / "s.arrow")
     cache = DecodedCache(64 << 20)
-    with ThreadPoolExecutor(1) as decoder:
-        reader = SegmentReader(path, "arrow", cache, decoder=decoder)
+    with _reading(path, cache, threads=1) as reader:
         assert reader.stored(0, BATCH, frozenset()) is not None  # reads [30, 60) ahead
         ahead = len(_file_bytes(path, BATCH, BATCH))
         assert cache.stored_ahead == ahead
@@ -163,7 +171,6 @@ def test_pages_read_ahead_count_as_used_until_taken(tmp_path: Path) -> None:
         for first in range(3 * BATCH, ROWS - BATCH, 2 * BATCH):
             assert reader.stored(first, BATCH, frozenset()) is not None
         assert 0 < cache.stored_ahead <= MAX_PENDING * 2 * ahead
-        reader.close()
     assert cache.stored_ahead == 0
 
 
