@@ -120,15 +120,13 @@ def test_rows_that_are_not_whole_batches_are_not_stored(
 def test_compressed_batches_go_only_to_readers_of_their_codec(
     tmp_path: Path, compression: str | None, codecs: frozenset[int], sent: bool
 ) -> None:
-    reader = SegmentReader(
-        _segment(tmp_path / "s.arrow", compression), "arrow", DecodedCache(4 << 20)
-    )
-    try:
+    cache = DecodedCache(4 << 20)
+    with _reading(_segment(tmp_path / "s.arrow", compression), cache) as reader:
         assert (reader.stored(0, BATCH, codecs) is not None) is sent
+        # refused before anything is read: nor is the next page read ahead for it
+        assert (cache.stored_ahead > 0) is sent
         # refused or not, the rows read decoded are the same
         assert reader.read(0, BATCH).equals(TABLE.slice(0, BATCH))
-    finally:
-        reader.close()
 
 
 def test_segments_with_dictionaries_are_read_decoded(tmp_path: Path) -> None:

@@ -78,7 +78,12 @@ def record_batch_blocks_of(footer: bytes | memoryview) -> list[tuple[int, int, i
 
 
 def batch_rows(fd: int, blocks: list[Block]) -> list[int]:
-    """Rows of each record batch, read from the batches' metadata alone (no buffer decoded).
+    """Rows of each record batch, read from the batches' metadata alone (no buffer decoded)."""
+    return [message_rows(meta) for meta in batch_metadata(fd, blocks)]
+
+
+def batch_metadata(fd: int, blocks: list[Block]) -> list[bytes]:
+    """Each record batch's encapsulated metadata (its prefix and FlatBuffer), no body.
 
     Each metadata is a few hundred bytes at the start of its block: the
     kernel is asked for all of them first (``WILLNEED``), so a cold file costs
@@ -86,7 +91,13 @@ def batch_rows(fd: int, blocks: list[Block]) -> list[int]:
     """
     for block in blocks:
         os.posix_fadvise(fd, block.offset, block.meta_length, os.POSIX_FADV_WILLNEED)
-    return [_message_rows(os.pread(fd, b.meta_length, b.offset)) for b in blocks]
+    return [os.pread(fd, b.meta_length, b.offset) for b in blocks]
+
+
+def flatbuffer_of(meta: bytes) -> bytes:
+    """An encapsulated message's metadata without its prefix (the pre-1.0 format has no
+    continuation marker)."""
+    return meta[8:] if meta[:4] == _CONTINUATION else meta[4:]
 
 
 _CONTINUATION = b"\xff\xff\xff\xff"
@@ -95,10 +106,9 @@ _RECORD_BATCH_HEADER = 3  # MessageHeader's RecordBatch member
 _MESSAGE_HEADER_TYPE = 1
 
 
-def _message_rows(meta: bytes) -> int:
+def message_rows(meta: bytes) -> int:
     """``RecordBatch.length`` of one encapsulated message's metadata."""
-    start = 8 if meta[:4] == _CONTINUATION else 4  # the pre-1.0 format has no marker
-    buf = meta[start:]
+    buf = flatbuffer_of(meta)
     try:
         message = _root(buf)
         kind = _field(buf, message, _MESSAGE_HEADER_TYPE)

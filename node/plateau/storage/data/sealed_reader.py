@@ -29,10 +29,17 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from prometheus_client import Counter
 
-from plateau.storage.data.arrow_footer import Block, batch_rows, record_batch_blocks
+from plateau.storage.data.arrow_footer import (
+    Block,
+    batch_metadata,
+    flatbuffer_of,
+    message_rows,
+    record_batch_blocks,
+)
 from plateau.storage.data.decoded_cache import ChunkId, Columns, DecodedCache
 from plateau.storage.data.direct_io import open_direct, read_bytes_direct
 from plateau.storage.data.durable_io import PAGE
+from plateau.storage.data.flatbuf import FlatBufferError
 from plateau.storage.data.ipc_messages import message_codec
 from plateau.storage.data.sealed_writer import arrow_batches
 from plateau.storage.data.stored_batches import StoredAhead, StoredBatches
@@ -103,6 +110,7 @@ class SegmentReader:
         # readers that decode only some fields, by the columns they decode (under _lock)
         self._projected: dict[Columns, pa.ipc.RecordBatchFileReader] = {}
         self._blocks: list[Block] = []  # where each batch lies (from the footer)
+        self._codecs: list[int | None] = []  # each batch's codec (None: plain), read at open
         self._direct_fd: int | None = None
         self._fd = os.open(path, os.O_RDONLY)
         # closes the descriptor when the reader is dropped without close() (evicted after
@@ -145,10 +153,12 @@ class SegmentReader:
             blocks = record_batch_blocks(self._fd)
             if len(blocks) != self._file_reader.num_record_batches:
                 raise ValueError("the footer's blocks are not the reader's batches")
-            counts = batch_rows(self._fd, blocks)
+            metas = batch_metadata(self._fd, blocks)
+            counts = [message_rows(meta) for meta in metas]
         except (OSError, ValueError):
             return _batch_rows(path)
         self._blocks = blocks
+        self._codecs = [_codec(meta) for meta in metas]
         self._ends = [block.offset + block.length for block in blocks]
         return counts
 
@@ -228,8 +238,9 @@ class SegmentReader:
             or stop >= len(self._starts)
             or self._starts[first] != offset
             or self._starts[stop] != end
+            or not _readable(self._codecs[first:stop], codecs)
         ):
-            return None
+            return None  # before any read: a reader refused here costs nothing
         blocks = self._blocks[first:stop]
         begin = blocks[0].offset
         length = blocks[-1].offset + blocks[-1].length - begin
@@ -241,17 +252,14 @@ class SegmentReader:
         for chunk in range(first, stop):
             self._drop_pages(chunk)
         ahead = min(stop + stop - first, self.chunks)
-        if stop < ahead:  # the page after this one, of as many batches, read in the background
+        if stop < ahead and _readable(self._codecs[stop:ahead], codecs):
+            # the page after this one, of as many batches, read in the background
             next_begin = self._blocks[stop].offset
             next_length = self._blocks[ahead - 1].offset + self._blocks[ahead - 1].length
             nbytes = next_length - next_begin
             read = functools.partial(self._read_stored, next_begin, nbytes)
             self._stored_ahead.submit((stop, ahead), nbytes, read)
         placed = [Block(b.offset - begin, b.meta_length, b.body_length) for b in blocks]
-        for b in placed:
-            codec = message_codec(data.slice(b.offset + 8, b.meta_length - 8))
-            if codec is not None and codec not in codecs:
-                return None
         _STORED.inc(len(placed))
         return StoredBatches(data, placed, end - offset)
 
@@ -460,6 +468,22 @@ def _has_dictionary(schema: pa.Schema) -> bool:
         return any(nested(dtype.field(i).type) for i in range(dtype.num_fields))
 
     return any(nested(field.type) for field in schema)
+
+
+_UNKNOWN = -1
+"""A batch whose metadata names no codec the node knows: never sent as stored."""
+
+
+def _codec(meta: bytes) -> int | None:
+    try:
+        return message_codec(flatbuffer_of(meta))
+    except FlatBufferError:
+        return _UNKNOWN
+
+
+def _readable(batch_codecs: list[int | None], codecs: frozenset[int]) -> bool:
+    """Whether a reader decoding ``codecs`` reads batches of these codecs (None: plain)."""
+    return all(c is None or (c != _UNKNOWN and c in codecs) for c in batch_codecs)
 
 
 def _close_quietly(fd: int) -> None:
