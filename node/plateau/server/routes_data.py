@@ -20,6 +20,7 @@ from fastapi import APIRouter, Request, Response
 from starlette.concurrency import run_in_threadpool
 
 from plateau.protocol import (
+    ACCEPT_ARROW_COMPRESSION_HEADER,
     ARCHIVED_RECORDS_HEADER,
     ARROW_FILE,
     ARROW_STREAM,
@@ -78,6 +79,15 @@ ACCEPT = {
     f"`{JSON}` get plateau's JSON: a bare array of records "
     f"(`{JSON_RECORDS}`). `{JSON_ENVELOPE}` gets the records in an object with their "
     "status and span or cursor. Anything else: 406.",
+}
+ACCEPT_COMPRESSION = {
+    "name": ACCEPT_ARROW_COMPRESSION_HEADER,
+    "in": "header",
+    "schema": {"type": "string"},
+    "description": "Arrow IPC buffer codecs the reader decodes, comma-separated (`lz4_frame` "
+    "or `lz4`, `zstd`; others ignored). A page of whole batches the node stored compressed "
+    "with one of them is sent as stored, still compressed; without it every page is sent "
+    "uncompressed.",
 }
 _PATHS = {"type": "array", "items": {"type": "string", "minLength": 1, "maxLength": 1024}}
 FOCUS = [
@@ -179,6 +189,7 @@ async def list_topics(request: Request) -> Response:
             TIME_END,
             *FOCUS,
             ACCEPT,
+            ACCEPT_COMPRESSION,
         ],
         "security": BEARER,
     },
