@@ -13,11 +13,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from plateau.protocol.topic_config import TopicConfigRequest
+from plateau.protocol.topic_config import SegmentConfig, TopicConfigRequest
 from plateau.server.codecs import decode_append_messages
 from plateau.storage.data.arrow_footer import record_batch_blocks
-from plateau.storage.data.column_codecs import MIN_SAVING
-from plateau.storage.data.ipc_messages import read_layout
+from plateau.storage.data.column_codecs import MIN_SAVING, ColumnPlan
+from plateau.storage.data.ipc_messages import buffers_per_column, read_layout
 from plateau.storage.engine import Engine
 from tests.conftest import EngineFactory
 from tests.unit.conftest import wait_for
@@ -217,3 +217,25 @@ def test_a_batch_that_would_save_little_is_written_as_sent(make_engine: EngineFa
     columns = e.topic_usage("t").columns
     assert {c.codec for c in columns.values()} == {"none"}
     assert pa.ipc.open_file(path).read_all().equals(table)
+
+
+def test_buffers_that_did_not_shrink_in_the_sample_are_not_tried_again() -> None:
+    """A string column's offsets (incrementing ints) never shrink under lz4 while its
+    values do: the plan tries only the buffers that shrank in the sample, writes the
+    others raw, and the batch reads back the same."""
+    table = mixed(0)
+    batch = table.to_batches()[0]
+    message = pa.ipc.read_message(batch.serialize())
+    plan = ColumnPlan.choose(table.schema, SegmentConfig(format="arrow"), message)
+    counts = buffers_per_column(table.schema)
+    assert counts is not None and plan.buffers is not None
+    model = table.schema.get_field_index("model")
+    first = sum(counts[:model])  # validity, offsets, values
+    assert plan.compress[model]
+    assert plan.buffers[first + 1 : first + 3] == (False, True)
+    encoded = plan.encode(message)
+    written = pa.ipc.read_message(pa.py_buffer(b"".join(bytes(p) for p in encoded.pieces)))
+    assert pa.ipc.read_record_batch(written, table.schema).equals(batch)
+    offsets_at, _ = read_layout(written.metadata).buffers[first + 1]
+    prefix = written.body[offsets_at : offsets_at + 8]
+    assert int.from_bytes(prefix, "little", signed=True) == -1  # stored raw, not tried

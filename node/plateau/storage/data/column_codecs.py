@@ -10,9 +10,14 @@ column is compressed for the rest of the segment only if it shrank by at
 least ``MIN_SAVING``, and only if those columns save ``MIN_BATCH_SAVING`` of
 the batch: otherwise every batch is written as the client sent it. Each
 segment samples again, so a column whose values change character is judged
-anew within a segment's time. (Compressing at seal instead, off the
-acknowledgement's path, was measured and lost: rewriting each segment beside
-the appends doubled their fsync wait, 1.8 -> 3.4 ms.)
+anew within a segment's time. Within a compressed column, a buffer that did
+not shrink in the sample (a string column's offsets: incrementing ints lz4
+leaves at 1.00 of their size) is written raw without trying it again: about
+six calls less per ML-log append, 1.02-1.05x its rate over five interleaved
+pairs (``bench/ab_nodes.py --workload compressible``), no byte more on disk.
+(Compressing at seal instead, off the acknowledgement's path, was measured
+and lost: rewriting each segment beside the appends doubled their fsync
+wait, 1.8 -> 3.4 ms.)
 
 An explicit ``segment.compression`` wins: every column gets that codec
 (``none``: no column). Messages the client compressed itself are written as
@@ -69,6 +74,8 @@ class ColumnPlan:
     counts: list[int] | None
     codec: pa.Codec | None
     compress: tuple[bool, ...]
+    # per body buffer: worth trying (None: every buffer of a compressed column)
+    buffers: tuple[bool, ...] | None = None
 
     @classmethod
     def choose(cls, schema: pa.Schema, config: SegmentConfig, sample: pa.Message) -> ColumnPlan:
@@ -89,7 +96,7 @@ class ColumnPlan:
         saved = sum(raw - stored for keep, (raw, stored) in zip(chosen, sizes, strict=True) if keep)
         if saved < MIN_BATCH_SAVING * max(1, sum(raw for raw, _ in sizes)):
             return cls(schema, config, counts, None, none)
-        return cls(schema, config, counts, codec, chosen)
+        return cls(schema, config, counts, codec, chosen, tuple(trial.shrank))
 
     def fits(self, schema: pa.Schema, config: SegmentConfig) -> bool:
         return self.config == config and self.schema.equals(schema)
@@ -106,7 +113,9 @@ class ColumnPlan:
             or sum(self.counts) != len(layout.buffers)
         ):
             return as_sent(message.metadata, message.body, layout, self.counts)
-        return compressed(message.body, layout, self.counts, self.compress, self.codec)
+        return compressed(
+            message.body, layout, self.counts, self.compress, self.codec, self.buffers
+        )
 
 
 @dataclass

@@ -30,6 +30,7 @@ the footer's schema (``ipc_file``).
 
 from __future__ import annotations
 
+import dataclasses
 import struct
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -177,6 +178,7 @@ class Encoded:
     body_length: int
     raw_by_column: list[int]  # bytes of each column's buffers before compression
     stored_by_column: list[int]  # and as written (prefixes included)
+    shrank: list[bool] = dataclasses.field(default_factory=list)  # per body buffer: compressed
 
     @property
     def length(self) -> int:
@@ -222,29 +224,35 @@ def compressed(
     counts: list[int],
     compress: Sequence[bool],
     codec: pa.Codec,
+    buffers: Sequence[bool] | None = None,
 ) -> Encoded:
     """A new message: the buffers of columns marked in ``compress`` compressed, others raw.
 
     A buffer that does not shrink is stored raw too (its -1 prefix costs 8 bytes).
+    ``buffers`` (one flag per body buffer, when given) leaves out, raw, the buffers of
+    those columns that are not worth trying (``ColumnPlan``: a string column's offsets).
     """
     pieces: list[pa.Buffer | bytes | memoryview] = []
     new_buffers: list[tuple[int, int]] = []
     raw_sizes: list[int] = []
     stored_sizes: list[int] = []
+    shrank: list[bool] = []
     pos = 0
     i = 0
     for column, n in enumerate(counts):
         raw = stored = 0
-        for offset, length in layout.buffers[i : i + n]:
+        for k, (offset, length) in enumerate(layout.buffers[i : i + n]):
             if length == 0:
                 new_buffers.append((pos, 0))
+                shrank.append(False)
                 continue
             data = body.slice(offset, length)
             out: bytes | None = None
-            if compress[column]:
+            if compress[column] and (buffers is None or buffers[i + k]):
                 out = codec.compress(data, asbytes=True)
                 if len(out) + 8 >= length:
                     out = None
+            shrank.append(out is not None)
             if out is not None:
                 pieces += [_I64.pack(length), out]
                 size = 8 + len(out)
@@ -263,7 +271,7 @@ def compressed(
     meta = record_batch_metadata(layout, new_buffers, pos, CODEC_IDS[codec.name])
     prefix, meta_total = encapsulate(meta)
     head = prefix + meta + _PAD[: meta_total - 8 - len(meta)]
-    return Encoded([head, *pieces], meta_total, pos, raw_sizes, stored_sizes)
+    return Encoded([head, *pieces], meta_total, pos, raw_sizes, stored_sizes, shrank)
 
 
 def record_batch_metadata(
