@@ -58,7 +58,7 @@ from plateau.protocol import (
 from plateau.protocol.errors import PlateauError
 from plateau.protocol.focus import DataFocus
 from plateau.protocol.names import check_name
-from plateau.protocol.values import Span
+from plateau.protocol.values import RecordStatus, Span
 from plateau.server.auth import bearer_token, check_token
 from plateau.server.body import check_declared_length, read_append_body, read_body
 from plateau.server.body_pool import BodyPool, Pieces
@@ -167,15 +167,26 @@ def read_partition_now(request: Request, state: NodeState, topic: str, partition
 
 def _stored_reply(stored: StoredRead, media: str) -> Response:
     """``_read_partition``'s Arrow reply, of batches as stored (``storage.stored_reads``)."""
-    span = stored.span
-    headers = {
-        ITERATION_STATUS_HEADER: json.dumps(str(stored.status)),
-        SPAN_START_HEADER: str(span.start),
-        SPAN_END_HEADER: str(span.end),
-    }
-    metadata = {"status": json.dumps(str(stored.status)), "span": json.dumps(span.to_json())}
+    headers = _read_headers(stored.status, stored.span)
+    metadata = _arrow_metadata(stored.status, stored.span)
     body = encode_stored(stored.schema, stored.batches, media, metadata)
     return Response(body, headers=headers, media_type=media)
+
+
+def _read_headers(status: RecordStatus, span: Span | None) -> dict[str, str]:
+    """plateau's: the status alone, as a JSON string ("All"); the span in two more headers
+    (plateau puts it only in the Arrow schema's metadata, out of a JSON reader's reach)."""
+    headers = {ITERATION_STATUS_HEADER: json.dumps(str(status))}
+    if span is not None:
+        headers[SPAN_START_HEADER] = str(span.start)
+        headers[SPAN_END_HEADER] = str(span.end)
+    return headers
+
+
+def _arrow_metadata(status: RecordStatus, span: Span | None) -> dict[str, str]:
+    """plateau's Arrow replies carry status and span (each JSON) in the schema metadata."""
+    shown = span.to_json() if span is not None else None
+    return {"status": json.dumps(str(status)), "span": json.dumps(shown)}
 
 
 def _read_partition(
@@ -192,25 +203,19 @@ def _read_partition(
     result: PartitionRead = engine.read_partition(
         topic, partition, start, limit, times, max_bytes, focus
     )
-    span = result.span.to_json() if result.span is not None else None
-    # plateau's: the status alone, as a JSON string ("All"); the span in two more headers
-    # (plateau puts it only in the Arrow schema's metadata, out of a JSON reader's reach)
-    headers = {ITERATION_STATUS_HEADER: json.dumps(str(result.status))}
-    if result.span is not None:
-        headers[SPAN_START_HEADER] = str(result.span.start)
-        headers[SPAN_END_HEADER] = str(result.span.end)
+    headers = _read_headers(result.status, result.span)
     if result.archived:  # rows read back from the object-storage archive
         headers[ARCHIVED_RECORDS_HEADER] = str(result.archived)
     if media == JSON:  # plateau's: the records alone
         return Response(dumps(table_rows(result.table)), headers=headers, media_type=JSON_RECORDS)
     if media == JSON_ENVELOPE:
+        span = result.span.to_json() if result.span is not None else None
         reply: dict[str, Any] = {"span": span, "status": str(result.status)}
         reply["records"] = table_rows(result.table)
         if result.archived:
             reply["archived"] = result.archived
         return Response(dumps(reply), headers=headers, media_type=JSON_ENVELOPE)
-    # plateau's Arrow replies carry status and span (each JSON) in the schema metadata too.
-    metadata = {"status": json.dumps(str(result.status)), "span": json.dumps(span)}
+    metadata = _arrow_metadata(result.status, result.span)
     return Response(encode_arrow(result.table, media, metadata), headers=headers, media_type=media)
 
 

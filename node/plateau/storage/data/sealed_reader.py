@@ -52,7 +52,6 @@ READ_AHEAD_BYTES = 8 * 1024 * 1024
 
 _DEMAND = READ_CHUNKS.labels(how="demand")
 _AHEAD = READ_CHUNKS.labels(how="ahead")
-_STORED = READ_BATCHES_STORED
 
 
 class SegmentReader:
@@ -242,8 +241,7 @@ class SegmentReader:
         ):
             return None  # before any read: a reader refused here costs nothing
         blocks = self._blocks[first:stop]
-        begin = blocks[0].offset
-        length = blocks[-1].offset + blocks[-1].length - begin
+        begin, length = self._byte_range(first, stop)
         if length != sum(b.length for b in blocks):
             return None  # not back to back: a file the node did not write
         data = self._stored_ahead.take((first, stop))
@@ -254,14 +252,18 @@ class SegmentReader:
         ahead = min(stop + stop - first, self.chunks)
         if stop < ahead and _readable(self._codecs[stop:ahead], codecs):
             # the page after this one, of as many batches, read in the background
-            next_begin = self._blocks[stop].offset
-            next_length = self._blocks[ahead - 1].offset + self._blocks[ahead - 1].length
-            nbytes = next_length - next_begin
+            next_begin, nbytes = self._byte_range(stop, ahead)
             read = functools.partial(self._read_stored, next_begin, nbytes)
             self._stored_ahead.submit((stop, ahead), nbytes, read)
         placed = [Block(b.offset - begin, b.meta_length, b.body_length) for b in blocks]
-        _STORED.inc(len(placed))
+        READ_BATCHES_STORED.inc(len(placed))
         return StoredBatches(data, placed, end - offset)
+
+    def _byte_range(self, first: int, stop: int) -> tuple[int, int]:
+        """Where batches ``[first, stop)`` lie in the file: (offset, length)."""
+        begin = self._blocks[first].offset
+        last = self._blocks[stop - 1]
+        return begin, last.offset + last.length - begin
 
     def _read_stored(self, begin: int, length: int) -> pa.Buffer:
         with self._lock:
