@@ -1,8 +1,8 @@
 """Where the node's ingest CPU goes: py-spy under issue 28's load, per acknowledged MiB.
 
     python bench/ingest_profile.py [--format arrow|parquet] [--workload incompressible|compressible]
-        [--duration 15] [--rate-hz 250] [--python-only] [--clients 4] [--partitions 4]
-        [--keep-raw FILE]
+        [--duration 15] [--rate-hz 250] [--python-only] [--gil] [--clients 4]
+        [--partitions 4] [--keep-raw FILE]
 
 Starts the node (``testkit.nodeproc.NodeProcess`` at its defaults: fsync per
 acknowledged append), creates one topic of ``--format``, and runs the driver of
@@ -112,6 +112,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="py-spy without --native and with --nonblocking: far less overhead, no native\n"
         "frames (lz4, fsync, GIL waits are seen only as the Python call that made them)",
     )
+    ap.add_argument(
+        "--gil",
+        action="store_true",
+        help="sample only the thread holding the GIL (py-spy --gil): where the node's\n"
+        "Python time goes, the resource its appends queue for",
+    )
     ap.add_argument("--keep-raw", type=Path, default=None, help="keep py-spy's raw output here")
     ap.add_argument("--data-root", type=Path, default=default_data_root())
     args = ap.parse_args(argv)
@@ -176,6 +182,7 @@ def run(args: argparse.Namespace, bodies: list[bytes], raw: Path) -> dict[str, A
         started = time.perf_counter()
         command = [args.py_spy, "record", "--pid", str(node.pid), "--threads"]
         command += ["--nonblocking"] if args.python_only else ["--native"]
+        command += ["--gil"] if args.gil else []
         command += ["-r", str(args.rate_hz), "-f", "raw", "-d", str(seconds), "-o", str(raw)]
         children = resource.getrusage(resource.RUSAGE_CHILDREN)
         spy = subprocess.run(command, capture_output=True, text=True, check=False)
@@ -210,6 +217,7 @@ def run(args: argparse.Namespace, bodies: list[bytes], raw: Path) -> dict[str, A
         "node_cpu_s": cpu,
         "profiler_cpu_s": profiler_cpu,
         "rows": rows,
+        "recorded_s": seconds,
         "py_spy": next((n for n in spy_note if "Samples" in n), spy_note[-1] if spy_note else ""),
         "metric_stages": {
             s: {"mean_ms": round(h["mean_ms"], 3), "count": h["count"]}
@@ -252,6 +260,18 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
         "duration": args.duration,
         "rate_hz": args.rate_hz,
         "native": not args.python_only,
+        "gil": args.gil,
+        # with --gil each sample is of the one thread holding the GIL: the share of the
+        # recorded time it was held at all
+        "gil_held_share": (
+            round(
+                (profile.busy + profile.samples.get("idle", 0))
+                / (args.rate_hz * got["recorded_s"]),
+                3,
+            )
+            if args.gil
+            else None
+        ),
         "clients": args.clients,
         "partitions": args.partitions,
         "rows_per_batch": args.rows_per_batch,
