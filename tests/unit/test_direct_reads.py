@@ -10,8 +10,12 @@ import pyarrow as pa
 import pyarrow.ipc as ipc
 import pytest
 
-from plateau.storage.data.arrow_footer import Block, record_batch_blocks
-from plateau.storage.data.arrow_footer import batch_rows as footer_batch_rows
+from plateau.storage.data.arrow_footer import (
+    Block,
+    batch_metadata,
+    message_rows,
+    record_batch_blocks,
+)
 from plateau.storage.data.decoded_cache import DecodedCache
 from plateau.storage.data.direct_io import open_direct, read_bytes_direct
 from plateau.storage.data.sealed_reader import SegmentReader
@@ -68,11 +72,11 @@ def test_batch_row_counts_come_from_the_metadata_alone(
     assert expected[0] == 0 and sum(expected) == NESTED.num_rows
     fd = os.open(path, os.O_RDONLY)
     try:
-        assert footer_batch_rows(fd, record_batch_blocks(fd)) == expected
         blocks = record_batch_blocks(fd)
+        assert [message_rows(meta) for meta in batch_metadata(fd, blocks)] == expected
         broken = [Block(b.offset + 8, b.meta_length, 0) for b in blocks]
         with pytest.raises(ValueError):
-            footer_batch_rows(fd, broken)  # not where a message starts
+            [message_rows(meta) for meta in batch_metadata(fd, broken)]  # not a message start
     finally:
         os.close(fd)
 

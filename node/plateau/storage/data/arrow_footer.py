@@ -77,11 +77,6 @@ def record_batch_blocks_of(footer: bytes | memoryview) -> list[tuple[int, int, i
     return _blocks(footer, _RECORD_BATCHES_FIELD)
 
 
-def batch_rows(fd: int, blocks: list[Block]) -> list[int]:
-    """Rows of each record batch, read from the batches' metadata alone (no buffer decoded)."""
-    return [message_rows(meta) for meta in batch_metadata(fd, blocks)]
-
-
 def batch_metadata(fd: int, blocks: list[Block]) -> list[bytes]:
     """Each record batch's encapsulated metadata (its prefix and FlatBuffer), no body.
 

@@ -496,8 +496,8 @@ def _close_quietly(fd: int) -> None:
 def _batch_rows(path: Path) -> list[int]:
     """Rows of each batch of an Arrow file whose footer ``arrow_footer`` cannot read.
 
-    (``arrow_footer.batch_rows`` reads only the batches' metadata: about 1 ms
-    for a cold 64 MiB segment.) Why only the first column: decoding every
+    (``arrow_footer.batch_metadata`` and ``message_rows`` read only the batches'
+    metadata: about 1 ms for a cold 64 MiB segment.) Why only the first column: decoding every
     batch read (and decompressed) the whole segment from disk before the first
     page of a history read went out, 300-430 ms per 64 MiB segment. Decoding
     only the first column through a descriptor advised ``RANDOM`` (no
