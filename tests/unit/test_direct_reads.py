@@ -12,8 +12,8 @@ import pytest
 
 from plateau.storage.data.arrow_footer import (
     Block,
+    batch_header,
     batch_metadata,
-    message_rows,
     record_batch_blocks,
 )
 from plateau.storage.data.decoded_cache import DecodedCache
@@ -73,10 +73,12 @@ def test_batch_row_counts_come_from_the_metadata_alone(
     fd = os.open(path, os.O_RDONLY)
     try:
         blocks = record_batch_blocks(fd)
-        assert [message_rows(meta) for meta in batch_metadata(fd, blocks)] == expected
+        headers = [batch_header(meta) for meta in batch_metadata(fd, blocks)]
+        assert [h.rows for h in headers] == expected
+        assert {h.codec for h in headers} == ({None} if compression is None else {0})
         broken = [Block(b.offset + 8, b.meta_length, 0) for b in blocks]
         with pytest.raises(ValueError):
-            [message_rows(meta) for meta in batch_metadata(fd, broken)]  # not a message start
+            [batch_header(meta) for meta in batch_metadata(fd, broken)]  # not a message start
     finally:
         os.close(fd)
 

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 from plateau.storage.data.flatbuf import field_at as _field
 from plateau.storage.data.flatbuf import root_table as _root
-from plateau.storage.data.flatbuf import vector_at
+from plateau.storage.data.flatbuf import table_at, vector_at
 
 MAGIC = b"ARROW1"
 _TRAILER = 4 + len(MAGIC)  # int32 footer length + magic
@@ -101,27 +101,44 @@ _RECORD_BATCH_HEADER = 3  # MessageHeader's RecordBatch member
 _MESSAGE_HEADER_TYPE = 1
 
 
-def message_rows(meta: bytes) -> int:
-    """``RecordBatch.length`` of one encapsulated message's metadata."""
+LZ4_FRAME = 0  # BodyCompression.codec's default (ZSTD is 1)
+
+
+@dataclass(frozen=True)
+class BatchHeader:
+    """What a reader needs of a record batch before it reads the batch's body."""
+
+    rows: int  # RecordBatch.length
+    codec: int | None  # BodyCompression.codec: 0 LZ4_FRAME, 1 ZSTD; None: plain buffers
+
+
+def batch_header(meta: bytes) -> BatchHeader:
+    """The row count and codec of one encapsulated record batch message's metadata.
+
+    One parser for both, so that a reader that opens a segment reads each
+    batch's metadata once (rows for the index, the codec to decide whether a
+    page can go out as stored)."""
     buf = flatbuffer_of(meta)
     try:
         message = _root(buf)
         kind = _field(buf, message, _MESSAGE_HEADER_TYPE)
         if kind is None or buf[kind] != _RECORD_BATCH_HEADER:
             raise ValueError("the message is not a record batch")
-        header = _field(buf, message, _MESSAGE_HEADER)
+        header = table_at(buf, message, _MESSAGE_HEADER)
         if header is None:
             raise ValueError("the message has no header")
-        (back,) = struct.unpack_from("<I", buf, header)
-        length = _field(buf, header + back, 0)  # RecordBatch.length
-        if length is None:
-            return 0  # a default (zero) scalar is left out of a FlatBuffer
-        (rows,) = struct.unpack_from("<q", buf, length)
+        length = _field(buf, header, 0)  # RecordBatch.length; absent: the default, 0
+        (rows,) = struct.unpack_from("<q", buf, length) if length is not None else (0,)
+        compression = table_at(buf, header, 3)  # RecordBatch.compression
+        codec = None
+        if compression is not None:
+            at = _field(buf, compression, 0)
+            codec = buf[at] if at is not None else LZ4_FRAME
     except (struct.error, IndexError) as exc:
         raise ValueError(f"malformed record batch metadata: {exc}") from exc
     if rows < 0:
         raise ValueError(f"negative row count {rows}")
-    return int(rows)
+    return BatchHeader(int(rows), codec)
 
 
 def _blocks(buf: bytes | memoryview, field: int) -> list[tuple[int, int, int]]:

@@ -105,23 +105,6 @@ def read_layout(meta: pa.Buffer | bytes | memoryview) -> BatchLayout:
     return BatchLayout(rows, node_bytes, layout, compressed, variadic)
 
 
-def message_codec(meta: pa.Buffer | bytes | memoryview) -> int | None:
-    """The codec a record batch message's buffers are compressed with (``CODEC_IDS``' values),
-    None when it has no ``BodyCompression``: what a reader must decode to read it as stored."""
-    buf = memoryview(meta)
-    try:
-        header = table_at(buf, root_table(buf), 2)
-        if header is None:
-            raise FlatBufferError("the record batch message has no header")
-        compression = table_at(buf, header, 3)
-        if compression is None:
-            return None
-        at = field_at(buf, compression, 0)
-        return buf[at] if at is not None else CODEC_IDS["lz4"]  # the field's default
-    except (struct.error, IndexError) as exc:
-        raise FlatBufferError(f"malformed record batch metadata: {exc}") from exc
-
-
 def buffers_per_column(schema: pa.Schema) -> list[int] | None:
     """How many body buffers each top-level column has (Arrow's Columnar Format, V5).
 

@@ -31,16 +31,13 @@ from prometheus_client import Counter
 
 from plateau.storage.data.arrow_footer import (
     Block,
+    batch_header,
     batch_metadata,
-    flatbuffer_of,
-    message_rows,
     record_batch_blocks,
 )
 from plateau.storage.data.decoded_cache import ChunkId, Columns, DecodedCache
 from plateau.storage.data.direct_io import open_direct, read_bytes_direct
 from plateau.storage.data.durable_io import PAGE
-from plateau.storage.data.flatbuf import FlatBufferError
-from plateau.storage.data.ipc_messages import message_codec
 from plateau.storage.data.sealed_writer import arrow_batches
 from plateau.storage.data.stored_batches import StoredAhead, StoredBatches
 from plateau.storage.metrics import READ_BATCHES_STORED, READ_CHUNKS
@@ -152,14 +149,13 @@ class SegmentReader:
             blocks = record_batch_blocks(self._fd)
             if len(blocks) != self._file_reader.num_record_batches:
                 raise ValueError("the footer's blocks are not the reader's batches")
-            metas = batch_metadata(self._fd, blocks)
-            counts = [message_rows(meta) for meta in metas]
+            headers = [batch_header(meta) for meta in batch_metadata(self._fd, blocks)]
         except (OSError, ValueError):
             return _batch_rows(path)
         self._blocks = blocks
-        self._codecs = [_codec(meta) for meta in metas]
+        self._codecs = [h.codec for h in headers]
         self._ends = [block.offset + block.length for block in blocks]
-        return counts
+        return [h.rows for h in headers]
 
     def _open_direct(self, path: Path) -> None:
         """Read batches with ``O_DIRECT`` where the file and its schema allow it."""
@@ -472,20 +468,9 @@ def _has_dictionary(schema: pa.Schema) -> bool:
     return any(nested(field.type) for field in schema)
 
 
-_UNKNOWN = -1
-"""A batch whose metadata names no codec the node knows: never sent as stored."""
-
-
-def _codec(meta: bytes) -> int | None:
-    try:
-        return message_codec(flatbuffer_of(meta))
-    except FlatBufferError:
-        return _UNKNOWN
-
-
 def _readable(batch_codecs: list[int | None], codecs: frozenset[int]) -> bool:
     """Whether a reader decoding ``codecs`` reads batches of these codecs (None: plain)."""
-    return all(c is None or (c != _UNKNOWN and c in codecs) for c in batch_codecs)
+    return all(c is None or c in codecs for c in batch_codecs)
 
 
 def _close_quietly(fd: int) -> None:
@@ -496,7 +481,7 @@ def _close_quietly(fd: int) -> None:
 def _batch_rows(path: Path) -> list[int]:
     """Rows of each batch of an Arrow file whose footer ``arrow_footer`` cannot read.
 
-    (``arrow_footer.batch_metadata`` and ``message_rows`` read only the batches'
+    (``arrow_footer.batch_metadata`` and ``batch_header`` read only the batches'
     metadata: about 1 ms for a cold 64 MiB segment.) Why only the first column: decoding every
     batch read (and decompressed) the whole segment from disk before the first
     page of a history read went out, 300-430 ms per 64 MiB segment. Decoding
