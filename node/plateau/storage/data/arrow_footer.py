@@ -13,7 +13,8 @@ footer, a small FlatBuffer defined by Arrow's ``File.fbs``::
                    recordBatches: [Block]; custom_metadata: [KeyValue]; }
 
 Each block's metadata (``Message.fbs``) also gives its batch's row count,
-which readers need at open: ``table Message { version; header: MessageHeader
+which readers need at open, and its buffers' codec, which decides whether a
+page can be sent as stored (``batch_header``): ``table Message { version; header: MessageHeader
 (a union: type, then table); bodyLength; ... }`` with ``table RecordBatch {
 length: long; ... }``. Reading those few hundred bytes per batch is far
 cheaper than decoding a column of each batch to count its rows.
