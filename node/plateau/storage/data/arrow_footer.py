@@ -98,11 +98,11 @@ def flatbuffer_of(meta: bytes) -> bytes:
 
 _CONTINUATION = b"\xff\xff\xff\xff"
 _MESSAGE_HEADER = 2  # Message.header (header_type is field 1)
-_RECORD_BATCH_HEADER = 3  # MessageHeader's RecordBatch member
 _MESSAGE_HEADER_TYPE = 1
-
-
-LZ4_FRAME = 0  # BodyCompression.codec's default (ZSTD is 1)
+_RECORD_BATCH_COMPRESSION = 3  # RecordBatch.compression (length is field 0)
+RECORD_BATCH = 3  # MessageHeader's RecordBatch member
+LZ4_FRAME = 0  # BodyCompression.codec: its default
+ZSTD = 1
 
 
 @dataclass(frozen=True)
@@ -123,14 +123,14 @@ def batch_header(meta: bytes) -> BatchHeader:
     try:
         message = _root(buf)
         kind = _field(buf, message, _MESSAGE_HEADER_TYPE)
-        if kind is None or buf[kind] != _RECORD_BATCH_HEADER:
+        if kind is None or buf[kind] != RECORD_BATCH:
             raise ValueError("the message is not a record batch")
         header = table_at(buf, message, _MESSAGE_HEADER)
         if header is None:
             raise ValueError("the message has no header")
         length = _field(buf, header, 0)  # RecordBatch.length; absent: the default, 0
         (rows,) = struct.unpack_from("<q", buf, length) if length is not None else (0,)
-        compression = table_at(buf, header, 3)  # RecordBatch.compression
+        compression = table_at(buf, header, _RECORD_BATCH_COMPRESSION)
         codec = None
         if compression is not None:
             at = _field(buf, compression, 0)

@@ -37,7 +37,12 @@ from dataclasses import dataclass
 
 import pyarrow as pa
 
-from plateau.storage.data.arrow_footer import record_batch_blocks_of
+from plateau.storage.data.arrow_footer import (
+    LZ4_FRAME,
+    RECORD_BATCH,
+    ZSTD,
+    record_batch_blocks_of,
+)
 from plateau.storage.data.flatbuf import (
     FlatBufferError,
     field_at,
@@ -48,8 +53,7 @@ from plateau.storage.data.flatbuf import (
 
 CONTINUATION = b"\xff\xff\xff\xff"
 METADATA_V5 = 4
-RECORD_BATCH = 3  # MessageHeader union member
-CODEC_IDS = {"lz4": 0, "zstd": 1}  # BodyCompression.codec: LZ4_FRAME, ZSTD
+CODEC_IDS = {"lz4": LZ4_FRAME, "zstd": ZSTD}  # BodyCompression.codec by pyarrow's names
 NOT_COMPRESSED = -1  # a buffer's length prefix: the bytes that follow are raw
 ALIGN = 8
 _PAD = bytes(ALIGN)
