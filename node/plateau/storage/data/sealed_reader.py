@@ -38,6 +38,7 @@ from plateau.storage.data.arrow_footer import (
 from plateau.storage.data.decoded_cache import ChunkId, Columns, DecodedCache
 from plateau.storage.data.direct_io import open_direct, read_bytes_direct
 from plateau.storage.data.durable_io import PAGE
+from plateau.storage.data.parquet_chunks import DirectRowGroups, row_group_end
 from plateau.storage.data.sealed_writer import arrow_batches
 from plateau.storage.data.stored_batches import StoredAhead, StoredBatches
 from plateau.storage.metrics import READ_BATCHES_STORED, READ_CHUNKS
@@ -54,10 +55,11 @@ _AHEAD = READ_CHUNKS.labels(how="ahead")
 class SegmentReader:
     """Random access by row offset into one sealed file; safe to share between threads.
 
-    Arrow batches are read with ``O_DIRECT`` where the filesystem allows it
-    (``direct``, setting ``storage.direct_reads``; see ``direct_io``): they
-    never enter the page cache. Otherwise segments are read with pread
-    (``pa.OSFile``), never mapped. With a ``decoder`` executor the chunks of
+    Arrow batches and Parquet row groups are read with ``O_DIRECT`` where the
+    filesystem allows it (``direct``, setting ``storage.direct_reads``; see
+    ``direct_io`` and ``parquet_chunks``): they never enter the page cache.
+    Otherwise segments are read with pread (``pa.OSFile``), never mapped. With a
+    ``decoder`` executor the chunks of
     the next ``READ_AHEAD_BYTES`` are decoded in the background (see the
     module docstring). Reads through the page cache also ask the kernel to
     read ahead (``posix_fadvise(WILLNEED)``), and once a chunk is decoded (a
@@ -108,6 +110,7 @@ class SegmentReader:
         self._blocks: list[Block] = []  # where each batch lies (from the footer)
         self._codecs: list[int | None] = []  # each batch's codec (None: plain), read at open
         self._direct_fd: int | None = None
+        self._row_groups: DirectRowGroups | None = None  # parquet, read with O_DIRECT
         self._fd = os.open(path, os.O_RDONLY)
         # closes the descriptor when the reader is dropped without close() (evicted after
         # retention deleted its file): an open descriptor would keep the file's space in use
@@ -117,7 +120,7 @@ class SegmentReader:
         self._stored_ahead = StoredAhead(decoder, self._cache)
         try:
             counts = self._open(path, fmt)
-            if direct and self._file_reader is not None:
+            if direct and (self._file_reader is not None or self._parquet is not None):
                 self._open_direct(path)
         except BaseException:
             self._close_fd()
@@ -136,7 +139,7 @@ class SegmentReader:
             meta = self._parquet.metadata
             self.schema: pa.Schema = self._parquet.schema_arrow
             groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
-            self._ends = [_row_group_end(g) for g in groups]
+            self._ends = [row_group_end(g) for g in groups]
             return [g.num_rows for g in groups]
         try:
             self._file_reader = pa.ipc.open_file(self._source)
@@ -158,18 +161,20 @@ class SegmentReader:
         return [h.rows for h in headers]
 
     def _open_direct(self, path: Path) -> None:
-        """Read batches with ``O_DIRECT`` where the file and its schema allow it."""
-        if not self._blocks or _has_dictionary(self.schema):
+        """Read chunks with ``O_DIRECT`` where the file and its schema allow it."""
+        if self._parquet is None and (not self._blocks or _has_dictionary(self.schema)):
             return  # no footer blocks, or a dictionary batch needed: pyarrow's reader reads it
         fd = open_direct(path)
         if fd is None:
             return
         self._direct_fd = fd
         self._close_direct = weakref.finalize(self, _close_quietly, fd)
+        if self._parquet is not None:
+            self._row_groups = DirectRowGroups(fd, self._parquet, self._size)
 
     @property
     def direct(self) -> bool:
-        """Whether batches are read with ``O_DIRECT`` (not through the page cache)."""
+        """Whether chunks are read with ``O_DIRECT`` (not through the page cache)."""
         return self._direct_fd is not None
 
     @property
@@ -327,6 +332,8 @@ class SegmentReader:
 
     def _project(self, chunk: int, columns: Columns) -> pa.Table:
         """Only ``columns`` of ``chunk``, reading and decoding no more than they need."""
+        if self._row_groups is not None:
+            return self._parquet_direct(chunk, columns)
         if self._parquet is not None:
             return self._parquet.read_row_groups([chunk], columns=list(columns), use_threads=False)
         if self._file_reader is None:  # footerless arrow, already in memory
@@ -340,6 +347,8 @@ class SegmentReader:
         return pa.Table.from_batches([reader.get_batch(chunk)], reader.schema)
 
     def _decode(self, chunk: int) -> pa.Table:
+        if self._row_groups is not None:
+            return self._parquet_direct(chunk, None)
         if self._parquet is not None:
             # one thread per decode: pyarrow's column threads only waited on each other here
             return self._parquet.read_row_groups([chunk], use_threads=False)
@@ -347,10 +356,8 @@ class SegmentReader:
             block = self._blocks[chunk]
             try:
                 data = read_bytes_direct(self._direct_fd, block.offset, block.length)
-            except OSError as exc:  # the device refused: read through the page cache from now on
-                log.warning("direct read of %s failed (%s); reading it buffered", self._key, exc)
-                self._direct_fd = None
-                self._close_direct()
+            except OSError as exc:
+                self._stop_direct(exc)
                 return self._decode(chunk)
             batch = pa.ipc.read_record_batch(pa.ipc.read_message(data), self.schema)
         elif self._file_reader is not None:
@@ -358,6 +365,21 @@ class SegmentReader:
         else:
             batch = self._batches[chunk]
         return pa.Table.from_batches([batch], schema=self.schema)
+
+    def _parquet_direct(self, chunk: int, columns: Columns | None) -> pa.Table:
+        assert self._row_groups is not None
+        try:
+            return self._row_groups.read(chunk, columns)
+        except OSError as exc:
+            self._stop_direct(exc)
+            return self._decode(chunk) if columns is None else self._project(chunk, columns)
+
+    def _stop_direct(self, exc: OSError) -> None:
+        """The device refused a direct read: read through the page cache from now on."""
+        log.warning("direct read of %s failed (%s); reading it buffered", self._key, exc)
+        self._direct_fd = None
+        self._row_groups = None
+        self._close_direct()
 
     def _look_ahead(self, chunk: int, columns: Columns | None) -> None:
         """Hint the kernel and queue decodes for the chunks from ``chunk`` on."""
@@ -443,18 +465,6 @@ class SegmentReader:
                 self._close_fd()
             if self._direct_fd is not None:
                 self._close_direct()
-
-
-def _row_group_end(group: pq.RowGroupMetaData) -> int:
-    """File offset just past a row group's column chunks."""
-    end = 0
-    for j in range(group.num_columns):
-        column = group.column(j)
-        start = column.dictionary_page_offset
-        if start is None or start <= 0:
-            start = column.data_page_offset
-        end = max(end, start + column.total_compressed_size)
-    return end
 
 
 def _has_dictionary(schema: pa.Schema) -> bool:

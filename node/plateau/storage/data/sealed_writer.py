@@ -88,13 +88,13 @@ def compressed_columns(table: pa.Table, codec: str, dictionary: Collection[str])
     return chosen
 
 
-def _leaves(dtype: pa.DataType) -> int:
+def leaf_count(dtype: pa.DataType) -> int:
     """Parquet leaf columns of an Arrow type, in Parquet's depth-first order."""
     if pa.types.is_dictionary(dtype):
         return 1
     if dtype.num_fields == 0:
         return 1
-    return sum(_leaves(dtype.field(i).type) for i in range(dtype.num_fields))
+    return sum(leaf_count(dtype.field(i).type) for i in range(dtype.num_fields))
 
 
 def parquet_leaf_paths(schema: pa.Schema) -> list[list[str]]:
@@ -105,7 +105,7 @@ def parquet_leaf_paths(schema: pa.Schema) -> list[list[str]]:
     paths = [meta.schema.column(i).path for i in range(meta.num_columns)]
     out, at = [], 0
     for field in schema:
-        n = _leaves(field.type)
+        n = leaf_count(field.type)
         out.append(paths[at : at + n])
         at += n
     return out
@@ -165,7 +165,7 @@ def parquet_codecs(
 def parquet_column_bytes(path: Path, table: pa.Table) -> tuple[list[str], list[int], list[int]]:
     """Per top-level column of a sealed Parquet file: its codec, Arrow bytes and bytes stored."""
     meta = pq.read_metadata(path)
-    leaves = [_leaves(f.type) for f in table.schema]
+    leaves = [leaf_count(f.type) for f in table.schema]
     codecs, stored = [], []
     at = 0
     for n in leaves:
