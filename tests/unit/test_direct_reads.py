@@ -134,6 +134,15 @@ def _disk_dir(tmp_path: Path) -> Path:
     return tmp_path
 
 
+def drop_cached(path: Path) -> None:
+    """Drop ``path``'s pages from the page cache, so that what a read leaves there shows."""
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
+    finally:
+        os.close(fd)
+
+
 def test_read_bytes_direct_returns_exactly_the_unaligned_range(tmp_path: Path) -> None:
     path = _disk_dir(tmp_path) / "f"
     data = os.urandom(3 * 4096 + 123)
@@ -157,11 +166,7 @@ def test_a_direct_scan_reads_every_row_and_leaves_no_pages_cached(tmp_path: Path
     table = pa.concat_tables([batch] * 16)
     path = _disk_dir(tmp_path) / "seg.arrow"
     write_sealed(path, table, "arrow", "lz4")
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+    drop_cached(path)
     pages = _resident_pages(path)
     reader = SegmentReader(path, "arrow", DecodedCache(4 << 20), drop_pages=False, direct=True)
     try:

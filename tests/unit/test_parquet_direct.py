@@ -16,7 +16,7 @@ from plateau.storage.data.direct_io import open_direct
 from plateau.storage.data.parquet_chunks import column_ranges, leaf_indices
 from plateau.storage.data.sealed_reader import SegmentReader
 from plateau.storage.data.sealed_writer import PARQUET_ROW_GROUP, write_sealed
-from tests.unit.test_direct_reads import _disk_dir
+from tests.unit.test_direct_reads import _disk_dir, drop_cached
 from tests.unit.test_engine_reads import _resident_pages
 
 ROWS = 2 * PARQUET_ROW_GROUP + 1234  # three row groups, the last one short
@@ -74,11 +74,7 @@ def test_direct_reads_return_the_rows_the_page_cache_does(
 
 def test_a_direct_scan_leaves_no_pages_cached(segment: tuple[Path, pa.Table]) -> None:
     path, table = segment
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
-    finally:
-        os.close(fd)
+    drop_cached(path)
     before = _resident_pages(path)
     reader = _reader(path, True)
     try:
