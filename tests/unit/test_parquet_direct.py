@@ -10,10 +10,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from plateau.storage.data import sealed_reader
+from plateau.storage.data import parquet_chunks
 from plateau.storage.data.decoded_cache import DecodedCache
 from plateau.storage.data.direct_io import open_direct
-from plateau.storage.data.parquet_chunks import column_ranges, leaf_indices, read_bytes
+from plateau.storage.data.parquet_chunks import column_ranges, leaf_indices
 from plateau.storage.data.sealed_reader import SegmentReader
 from plateau.storage.data.sealed_writer import PARQUET_ROW_GROUP, write_sealed
 from tests.unit.test_direct_reads import _disk_dir, drop_cached
@@ -114,30 +114,18 @@ def test_a_refused_direct_read_falls_back_to_the_page_cache(
     simulated (the one mock in this file), the fallback that follows is real."""
     path, table = segment
 
-    def refuse(fd: int, offset: int, length: int) -> pa.Buffer:
+    def refuse(self: object, chunk: int, columns: object) -> pa.Table:
         raise OSError(22, "Invalid argument")
 
-    monkeypatch.setattr(sealed_reader, "read_bytes_direct", refuse)
     reader = _reader(path, True)
     try:
         assert reader.direct
+        monkeypatch.setattr(parquet_chunks.DirectRowGroups, "read", refuse)
         assert reader.read(70_000, 100).equals(table.slice(70_000, 100))
-        assert not reader.direct
         assert reader.read(0, 5, ("time",)).equals(table.slice(0, 5).select(["time"]))
+        assert not reader.direct
     finally:
         reader.close()
-
-
-def test_a_short_read_is_an_error_not_a_row_group(segment: tuple[Path, pa.Table]) -> None:
-    path, _ = segment
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        size = os.fstat(fd).st_size
-        assert read_bytes(fd, size - 10, 10).to_pybytes() == path.read_bytes()[-10:]
-        with pytest.raises(OSError, match="short read"):
-            read_bytes(fd, size - 10, 20)
-    finally:
-        os.close(fd)
 
 
 def test_tmpfs_segments_are_read_through_the_page_cache(tmp_path: Path) -> None:

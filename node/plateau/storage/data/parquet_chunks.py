@@ -1,20 +1,18 @@
-"""Parquet row groups decoded from the bytes of their column chunks, read by the node.
+"""Parquet row groups read with ``O_DIRECT`` and decoded into mimalloc's pool.
 
-Why the node reads the bytes itself, not Arrow's file reader: so that they can be
-read with ``O_DIRECT``. A history scan of a parquet topic read each row group once
-with ``pread``, after a ``WILLNEED`` hint and before a ``DONTNEED`` drop
-(``SegmentReader``); the kernel's side of that (read-ahead allocating pages,
-copying them out, invalidating them again) was 30% of the node's CPU with four
-partition readers (``perf``: ``pread`` 16%, ``posix_fadvise`` 14%). A direct read
-has the disk write into the buffer: no page is allocated, copied or dropped.
-Where the filesystem has no ``O_DIRECT`` (or the device refuses it) the same
-ranges are read with ``pread`` (``read_bytes``), through the page cache.
+Why not through the page cache: a history scan of a parquet topic read each row
+group once with ``pread``, after a ``WILLNEED`` hint and before a
+``DONTNEED`` drop (``SegmentReader``); the kernel's side of that (read-ahead
+allocating pages, copying them out, invalidating them again) was 30% of the
+node's CPU with four partition readers (``perf``: ``pread`` 16%,
+``posix_fadvise`` 14%). A direct read has the disk write into the buffer:
+no page is allocated, copied or dropped.
 
-Why mimalloc's pool (``direct_io.READ_POOL``) for the bytes and the decoded row
-group: decoding one into jemalloc's memory (the node's default pool) took 4.2 ms
+Why mimalloc's pool (``direct_io.READ_POOL``) for the decoded row group too:
+decoding one into jemalloc's memory (the node's default pool) took 4.2 ms
 against 1.5 ms into mimalloc's (65,536 rows of 128-byte random values, from a
-buffer, one thread): jemalloc returned the freed pages of each decoded row group
-to the kernel and faulted them in again for the next one.
+buffer, one thread): jemalloc returned the freed pages of each decoded row
+group to the kernel and faulted them in again for the next one.
 
 The reader decodes from the bytes read, through a file-like window that
 answers at their file offsets, with the file's own parsed footer: the
@@ -23,30 +21,16 @@ column chunks it asks for are the ones read, nothing else is touched.
 
 from __future__ import annotations
 
-import os
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from plateau.storage.data.direct_io import READ_POOL
+from plateau.storage.data.direct_io import READ_POOL, read_bytes_direct
 from plateau.storage.data.sealed_writer import leaf_count
 
 Range = tuple[int, int]
 """A byte range of the file: (offset, length)."""
-
-ReadBytes = Callable[[int, int], pa.Buffer]
-"""Reads ``length`` bytes at ``offset`` of the file (``read_bytes`` or
-``direct_io.read_bytes_direct``, the descriptor bound)."""
-
-
-def read_bytes(fd: int, offset: int, length: int) -> pa.Buffer:
-    """``length`` bytes at ``offset`` with ``pread``, into ``READ_POOL``; a short read raises."""
-    buffer = pa.allocate_buffer(length, memory_pool=READ_POOL)
-    got = os.preadv(fd, [memoryview(buffer)], offset)
-    if got < length:
-        raise OSError(f"short read: {got} bytes at {offset}, wanted {length}")
-    return buffer
 
 
 def row_group_end(group: pq.RowGroupMetaData) -> int:
@@ -91,16 +75,15 @@ def leaf_indices(schema: pa.Schema, columns: Sequence[str]) -> list[int]:
     return out
 
 
-class RowGroups:
-    """Decodes a sealed Parquet file's row groups from the bytes ``read_bytes`` reads.
+class DirectRowGroups:
+    """Decodes a sealed Parquet file's row groups from direct reads of their bytes.
 
     Safe to share between threads: each read opens its own Arrow reader (over
     the file's parsed footer, 0.1 ms) and the descriptor is read with ``pread``.
-    ``read_bytes`` may be swapped (a refused direct read: buffered from then on).
     """
 
-    def __init__(self, parquet: pq.ParquetFile, size: int, read_bytes: ReadBytes) -> None:
-        self.read_bytes = read_bytes
+    def __init__(self, fd: int, parquet: pq.ParquetFile, size: int) -> None:
+        self._fd = fd
         self._meta = parquet.metadata
         self._schema = parquet.schema_arrow
         self._size = size
@@ -114,13 +97,14 @@ class RowGroups:
         else:
             leaves = leaf_indices(self._schema, columns)
             indices = leaves
-        read = self.read_bytes
-        pieces = [(start, read(start, length)) for start, length in column_ranges(group, leaves)]
+        pieces = [
+            (start, read_bytes_direct(self._fd, start, length))
+            for start, length in column_ranges(group, leaves)
+        ]
         reader = pq.ParquetReader(memory_pool=READ_POOL)
         window = pa.PythonFile(_Window(pieces, self._size), mode="r")
         reader.open(window, pre_buffer=False, metadata=self._meta)
         try:
-            # one thread per decode: pyarrow's column threads only waited on each other here
             table = reader.read_row_groups([chunk], column_indices=indices, use_threads=False)
         finally:
             reader.close()

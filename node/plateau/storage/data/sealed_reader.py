@@ -38,7 +38,7 @@ from plateau.storage.data.arrow_footer import (
 from plateau.storage.data.decoded_cache import ChunkId, Columns, DecodedCache
 from plateau.storage.data.direct_io import open_direct, read_bytes_direct
 from plateau.storage.data.durable_io import PAGE
-from plateau.storage.data.parquet_chunks import RowGroups, read_bytes, row_group_end
+from plateau.storage.data.parquet_chunks import DirectRowGroups, row_group_end
 from plateau.storage.data.sealed_writer import arrow_batches
 from plateau.storage.data.stored_batches import StoredAhead, StoredBatches
 from plateau.storage.metrics import READ_BATCHES_STORED, READ_CHUNKS
@@ -110,7 +110,7 @@ class SegmentReader:
         self._blocks: list[Block] = []  # where each batch lies (from the footer)
         self._codecs: list[int | None] = []  # each batch's codec (None: plain), read at open
         self._direct_fd: int | None = None
-        self._row_groups: RowGroups | None = None  # parquet: what decodes its row groups
+        self._row_groups: DirectRowGroups | None = None  # parquet, read with O_DIRECT
         self._fd = os.open(path, os.O_RDONLY)
         # closes the descriptor when the reader is dropped without close() (evicted after
         # retention deleted its file): an open descriptor would keep the file's space in use
@@ -140,7 +140,6 @@ class SegmentReader:
             self.schema: pa.Schema = self._parquet.schema_arrow
             groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
             self._ends = [row_group_end(g) for g in groups]
-            self._row_groups = RowGroups(self._parquet, self._size, self._read_buffered)
             return [g.num_rows for g in groups]
         try:
             self._file_reader = pa.ipc.open_file(self._source)
@@ -170,8 +169,8 @@ class SegmentReader:
             return
         self._direct_fd = fd
         self._close_direct = weakref.finalize(self, _close_quietly, fd)
-        if self._row_groups is not None:
-            self._row_groups.read_bytes = functools.partial(read_bytes_direct, fd)
+        if self._parquet is not None:
+            self._row_groups = DirectRowGroups(fd, self._parquet, self._size)
 
     @property
     def direct(self) -> bool:
@@ -334,7 +333,9 @@ class SegmentReader:
     def _project(self, chunk: int, columns: Columns) -> pa.Table:
         """Only ``columns`` of ``chunk``, reading and decoding no more than they need."""
         if self._row_groups is not None:
-            return self._parquet_chunk(chunk, columns)
+            return self._parquet_direct(chunk, columns)
+        if self._parquet is not None:
+            return self._parquet.read_row_groups([chunk], columns=list(columns), use_threads=False)
         if self._file_reader is None:  # footerless arrow, already in memory
             return pa.Table.from_batches([self._batches[chunk]], self.schema).select(list(columns))
         reader = self._projected.get(columns)
@@ -347,7 +348,10 @@ class SegmentReader:
 
     def _decode(self, chunk: int) -> pa.Table:
         if self._row_groups is not None:
-            return self._parquet_chunk(chunk, None)
+            return self._parquet_direct(chunk, None)
+        if self._parquet is not None:
+            # one thread per decode: pyarrow's column threads only waited on each other here
+            return self._parquet.read_row_groups([chunk], use_threads=False)
         if self._direct_fd is not None:
             block = self._blocks[chunk]
             try:
@@ -362,25 +366,19 @@ class SegmentReader:
             batch = self._batches[chunk]
         return pa.Table.from_batches([batch], schema=self.schema)
 
-    def _parquet_chunk(self, chunk: int, columns: Columns | None) -> pa.Table:
+    def _parquet_direct(self, chunk: int, columns: Columns | None) -> pa.Table:
         assert self._row_groups is not None
         try:
             return self._row_groups.read(chunk, columns)
         except OSError as exc:
-            if self._direct_fd is None:
-                raise
             self._stop_direct(exc)
-            return self._row_groups.read(chunk, columns)
-
-    def _read_buffered(self, offset: int, length: int) -> pa.Buffer:
-        return read_bytes(self._fd, offset, length)
+            return self._decode(chunk) if columns is None else self._project(chunk, columns)
 
     def _stop_direct(self, exc: OSError) -> None:
         """The device refused a direct read: read through the page cache from now on."""
         log.warning("direct read of %s failed (%s); reading it buffered", self._key, exc)
         self._direct_fd = None
-        if self._row_groups is not None:
-            self._row_groups.read_bytes = self._read_buffered
+        self._row_groups = None
         self._close_direct()
 
     def _look_ahead(self, chunk: int, columns: Columns | None) -> None:
