@@ -27,7 +27,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from plateau.storage.data.direct_io import READ_POOL, read_bytes_direct
-from plateau.storage.data.sealed_writer import leaf_count
+from plateau.storage.data.sealed_writer import leaf_ranges
 
 Range = tuple[int, int]
 """A byte range of the file: (offset, length)."""
@@ -65,14 +65,12 @@ def _chunk_ranges(group: pq.RowGroupMetaData) -> list[Range]:
 def leaf_indices(schema: pa.Schema, columns: Sequence[str]) -> list[int]:
     """The Parquet leaf columns of top-level ``columns`` (each a contiguous run, in order)."""
     wanted = set(columns)
-    out: list[int] = []
-    at = 0
-    for field in schema:
-        n = leaf_count(field.type)
-        if field.name in wanted:
-            out.extend(range(at, at + n))
-        at += n
-    return out
+    return [
+        i
+        for field, leaves in zip(schema, leaf_ranges(schema), strict=True)
+        if field.name in wanted
+        for i in leaves
+    ]
 
 
 class DirectRowGroups:

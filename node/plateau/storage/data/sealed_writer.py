@@ -88,13 +88,23 @@ def compressed_columns(table: pa.Table, codec: str, dictionary: Collection[str])
     return chosen
 
 
-def leaf_count(dtype: pa.DataType) -> int:
+def _leaf_count(dtype: pa.DataType) -> int:
     """Parquet leaf columns of an Arrow type, in Parquet's depth-first order."""
     if pa.types.is_dictionary(dtype):
         return 1
     if dtype.num_fields == 0:
         return 1
-    return sum(leaf_count(dtype.field(i).type) for i in range(dtype.num_fields))
+    return sum(_leaf_count(dtype.field(i).type) for i in range(dtype.num_fields))
+
+
+def leaf_ranges(schema: pa.Schema) -> list[range]:
+    """Each top-level column's Parquet leaf column indices (a contiguous run, in order)."""
+    out, at = [], 0
+    for field in schema:
+        n = _leaf_count(field.type)
+        out.append(range(at, at + n))
+        at += n
+    return out
 
 
 def parquet_leaf_paths(schema: pa.Schema) -> list[list[str]]:
@@ -103,12 +113,7 @@ def parquet_leaf_paths(schema: pa.Schema) -> list[list[str]]:
     pq.write_table(schema.empty_table(), sink)
     meta = pq.read_metadata(pa.BufferReader(sink.getvalue()))
     paths = [meta.schema.column(i).path for i in range(meta.num_columns)]
-    out, at = [], 0
-    for field in schema:
-        n = leaf_count(field.type)
-        out.append(paths[at : at + n])
-        at += n
-    return out
+    return [paths[r.start : r.stop] for r in leaf_ranges(schema)]
 
 
 def _is_text(dtype: pa.DataType) -> bool:
@@ -165,22 +170,19 @@ def parquet_codecs(
 def parquet_column_bytes(path: Path, table: pa.Table) -> tuple[list[str], list[int], list[int]]:
     """Per top-level column of a sealed Parquet file: its codec, Arrow bytes and bytes stored."""
     meta = pq.read_metadata(path)
-    leaves = [leaf_count(f.type) for f in table.schema]
     codecs, stored = [], []
-    at = 0
-    for n in leaves:
+    for leaves in leaf_ranges(table.schema):
         size = 0
         codec = "none"
         for g in range(meta.num_row_groups):
             group = meta.row_group(g)
-            for i in range(at, at + n):
+            for i in leaves:
                 chunk = group.column(i)
                 size += chunk.total_compressed_size
                 if chunk.compression != "UNCOMPRESSED":
                     codec = chunk.compression.lower()
         codecs.append(codec)
         stored.append(size)
-        at += n
     return codecs, [c.nbytes for c in table.columns], stored
 
 
