@@ -122,6 +122,7 @@ class Phase:
     seal: dict[str, float]
     stages: dict[str, dict[str, float]]
     retention_deleted: float
+    full_gc: dict[str, float]  # the node's generation-2 collections (each holds the GIL)
 
     def summary(self) -> str:
         return (
@@ -137,7 +138,10 @@ class Phase:
             f"slowest > {self.fsync['max_over_ms']:.0f} ms), "
             f"{self.seal['count']:.0f} seals "
             f"(mean {self.seal['mean_ms']:.0f} ms, slowest > {self.seal['max_over_ms']:.0f} ms), "
-            f"{self.retention_deleted:.0f} segments deleted by retention"
+            f"{self.retention_deleted:.0f} segments deleted by retention, "
+            f"{self.full_gc['count']:.0f} full collections "
+            f"(mean {self.full_gc['mean_ms']:.1f} ms, "
+            f"slowest > {self.full_gc['max_over_ms']:.0f} ms)"
         )
 
 
@@ -358,6 +362,9 @@ def run_phase(
             if k.startswith("plateau_retention_deleted_segments_total{")
         ),
         other_cpu_s=max(0.0, system_cpu - client_cpu - (node_after.cpu_s - node_before.cpu_s)),
+        full_gc=histogram_delta(
+            metrics_before, metrics_after, "plateau_gc_pause_seconds", 'generation="2"'
+        ),
     )
     log(phase.summary())
     stalls = _stalls(sorted(x for s in stats for x in s.slow), start_at)
@@ -661,6 +668,8 @@ def run(args: argparse.Namespace, data_dir: Path) -> dict[str, Any]:
         "fsync_mean_ms": round(main_phase.fsync["mean_ms"], 2),
         "seals": int(main_phase.seal["count"]),
         "seal_mean_ms": round(main_phase.seal["mean_ms"], 1),
+        "full_gcs": int(main_phase.full_gc["count"]),
+        "full_gc_mean_ms": round(main_phase.full_gc["mean_ms"], 1),
         **stage_fields(main_phase, ""),
         "retention_deleted_segments": int(sum(p.retention_deleted for p in phases)),
         "data_dir_bytes": size,

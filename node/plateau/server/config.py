@@ -90,6 +90,15 @@ class ServerSettings(BaseModel):
         "at 4 or 48 writers rates, append p99 and admin-call latency were the same at 1 and "
         "5 ms within this machine's drift (docs/ingest.md).",
     )
+    gc_freeze: bool = Field(
+        default=True,
+        description="Before serving, move what the node made while starting (about 120,000 "
+        "objects: modules, settings, the app) out of Python's cyclic garbage collector's "
+        "scans (gc.freeze). A full collection scanned all of them every few seconds under "
+        "load, 60-75 ms each with the GIL held, and every request in flight waited that "
+        "long: 48 writers' append p99 227-297 ms, 178-191 ms frozen (docs/ingest.md). The "
+        "pauses are counted in plateau_gc_pause_seconds either way.",
+    )
     arrow_memory_pool: Literal["jemalloc", "mimalloc", "system"] = Field(
         default="jemalloc",
         description="The allocator behind every Arrow buffer the node makes (decoded "

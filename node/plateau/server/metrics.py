@@ -6,7 +6,7 @@ register in the default registry that ``/metrics`` exposes.
 
 from __future__ import annotations
 
-from prometheus_client import Counter, Gauge
+from prometheus_client import Counter, Gauge, Histogram
 
 APPEND_CONNECTIONS = Gauge(
     "plateau_append_connections",
@@ -45,4 +45,18 @@ BODY_POOL_IDLE_BYTES = Gauge(
 BODY_POOL_LEASED_BYTES = Gauge(
     "plateau_body_pool_leased_bytes",
     "Memory holding large append bodies that something (an open segment, a reader) still uses",
+)
+
+GC_PAUSE_SECONDS = Histogram(
+    "plateau_gc_pause_seconds",
+    "Python's cyclic garbage collections, by generation: each one holds the GIL, so every "
+    "thread of the node waits it out (server.gc_freeze keeps the startup heap out of them)",
+    ["generation"],
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1),
+)
+
+GC_FROZEN_OBJECTS = Gauge(
+    "plateau_gc_frozen_objects",
+    "Objects made while the node started, kept out of the garbage collector's scans "
+    "(server.gc_freeze)",
 )

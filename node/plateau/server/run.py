@@ -30,6 +30,8 @@ from plateau.server.front_wire import adopter
 from plateau.server.state import NodeState
 from plateau.server.tuning import (
     arrow_pool_in_force,
+    count_gc_pauses,
+    freeze_startup_heap,
     tune_interpreter,
     tune_malloc,
     warm_lazy_imports,
@@ -95,7 +97,12 @@ class NodeServer(uvicorn.Server):
 
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)
-        if self._public is None or self.should_exit:
+        if self.should_exit:
+            return
+        if self.node_state.settings.server.gc_freeze:
+            # the app and engine are up, no request has come yet: all of it is for keeps
+            log.info("%d startup objects kept out of the garbage collector", freeze_startup_heap())
+        if self._public is None:
             return
         config, loop = self.config, asyncio.get_running_loop()
 
@@ -142,6 +149,7 @@ def run_node(settings: NodeConfig) -> None:
     )
     pool = arrow_pool_in_force(settings.server.arrow_memory_pool)
     warm_lazy_imports()
+    count_gc_pauses()
     sock: socket.socket | None = None
     try:
         sock = bind_socket(*parse_bind(settings.server.bind))
