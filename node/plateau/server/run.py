@@ -79,8 +79,10 @@ def bind_socket(host: str, port: int) -> socket.socket:
 
 
 class NodeServer(uvicorn.Server):
-    """uvicorn's server, with two changes for a node.
+    """uvicorn's server, with three changes for a node.
 
+    Once started, and before the append front accepts, the heap made while
+    starting is frozen out of the garbage collector (``server.gc_freeze``).
     A stop signal marks the node not ready at once, before requests drain.
     After a graceful stop the process exits 0 instead of re-raising the signal
     (uvicorn's default, meant for embedding), so supervisors and tests see a
