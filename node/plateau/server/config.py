@@ -96,8 +96,9 @@ class ServerSettings(BaseModel):
         "objects: modules, settings, the app) out of Python's cyclic garbage collector's "
         "scans (gc.freeze). A full collection scanned all of them every few seconds under "
         "load, 60-75 ms each with the GIL held, and every request in flight waited that "
-        "long: 48 writers' append p99 227-297 ms, 178-191 ms frozen (docs/ingest.md). The "
-        "pauses are counted in plateau_gc_pause_seconds either way.",
+        "long: under a 1.5 GiB memory limit 48 writers' append p99 was 216-249 ms, 184 ms "
+        "frozen (docs/ingest.md). The pauses are counted in plateau_gc_pause_seconds "
+        "either way.",
     )
     arrow_memory_pool: Literal["jemalloc", "mimalloc", "system"] = Field(
         default="jemalloc",
