@@ -93,10 +93,20 @@ def test_pod_reaches_another_pod_through_a_service_by_dns_name(ns: Kube) -> None
         ]
     )
     ns.wait_ready("pod/web")
+    # a client retries as any would: a Ready pod's Service rules reach kube-proxy a moment
+    # later, and until then the Service answers "no route to host" (seen once in CI)
     fetch = (
-        "import sys, urllib.request\n"
+        "import sys, time, urllib.request\n"
+        "deadline = time.monotonic() + 60\n"
         "for url in sys.argv[1:]:\n"
-        "    print(urllib.request.urlopen(url, timeout=10).read().decode().strip())\n"
+        "    while True:\n"
+        "        try:\n"
+        "            print(urllib.request.urlopen(url, timeout=10).read().decode().strip())\n"
+        "            break\n"
+        "        except OSError:\n"
+        "            if time.monotonic() > deadline:\n"
+        "                raise\n"
+        "            time.sleep(1)\n"
     )
     urls = [f"http://web.{ns.namespace}.svc.cluster.local/", "http://web/"]
     ns.apply(pod("client", ["python", "-c", fetch, *urls]))
