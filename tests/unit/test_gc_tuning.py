@@ -13,7 +13,7 @@ from collections.abc import Iterator
 import pytest
 from prometheus_client import REGISTRY
 
-from plateau.server.tuning import count_gc_pauses, freeze_startup_heap
+from plateau.server.tuning import count_gc_pauses, freeze_startup_heap, stop_counting_gc_pauses
 
 
 def full_collections() -> float:
@@ -27,7 +27,21 @@ def unfrozen() -> Iterator[None]:
     gc.unfreeze()  # the rest of the test run collects as before
 
 
-def test_each_collection_is_counted_once_however_often_counting_is_asked_for() -> None:
+@pytest.fixture
+def counting() -> Iterator[None]:
+    yield
+    stop_counting_gc_pauses()  # the rest of the test run collects untimed
+    assert not any(type(cb).__name__ == "_PauseClock" for cb in gc.callbacks)
+
+
+def scanned(obj: object) -> bool:
+    """Whether the collector still walks ``obj`` (frozen objects are not listed)."""
+    return any(o is obj for o in gc.get_objects())
+
+
+def test_each_collection_is_counted_once_however_often_counting_is_asked_for(
+    counting: None,
+) -> None:
     count_gc_pauses()
     count_gc_pauses()
     assert sum(1 for cb in gc.callbacks if type(cb).__name__ == "_PauseClock") == 1
@@ -43,7 +57,7 @@ def test_freezing_keeps_live_objects_and_collects_garbage_first(unfrozen: None) 
 
     a, b = Cycle(), Cycle()
     a.other, b.other = b, a
-    kept = [object() for _ in range(10)]
+    kept = [[i] for i in range(10)]  # lists: objects the collector tracks
     garbage = Cycle()
     garbage.other = garbage
     gone = weakref.ref(garbage)
@@ -51,7 +65,11 @@ def test_freezing_keeps_live_objects_and_collects_garbage_first(unfrozen: None) 
     frozen = freeze_startup_heap()
     assert frozen == gc.get_freeze_count() > 0
     assert REGISTRY.get_sample_value("plateau_gc_frozen_objects") == frozen
-    assert a.other is b and len(kept) == 10  # frozen objects are untouched
+    assert a.other is b and kept[9] == [9]  # frozen objects are untouched
+    assert not scanned(kept) and not scanned(a)  # out of every later collection's walk
+    made_later = [[0]]
+    assert scanned(made_later)  # collected as before
     assert gone() is None  # collected, not frozen
     gc.unfreeze()
     assert gc.get_freeze_count() == 0
+    assert scanned(kept)
