@@ -37,16 +37,13 @@ from plateau.storage.data.arrow_footer import (
 )
 from plateau.storage.data.decoded_cache import ChunkId, Columns, DecodedCache
 from plateau.storage.data.direct_io import open_direct, read_bytes_direct
-from plateau.storage.data.durable_io import PAGE
+from plateau.storage.data.page_hints import READ_AHEAD_BYTES, PageHints
 from plateau.storage.data.parquet_chunks import DirectRowGroups, row_group_end
 from plateau.storage.data.sealed_writer import arrow_batches
 from plateau.storage.data.stored_batches import StoredAhead, StoredBatches
 from plateau.storage.metrics import READ_BATCHES_STORED, READ_CHUNKS
 
 log = logging.getLogger(__name__)
-
-READ_AHEAD_BYTES = 8 * 1024 * 1024
-"""How far past the chunks a read touches the reader decodes ahead and hints the kernel."""
 
 _DEMAND = READ_CHUNKS.labels(how="demand")
 _AHEAD = READ_CHUNKS.labels(how="ahead")
@@ -89,13 +86,10 @@ class SegmentReader:
         direct: bool = False,
     ) -> None:
         self._lock = threading.Lock()  # held while decoding: pyarrow's file readers are not shared
-        self._state_lock = threading.Lock()  # guards _pending and _read_ahead_to
+        self._state_lock = threading.Lock()  # guards _pending
         self._pending: dict[ChunkId, Future[pa.Table]] = {}
         self._drop = drop_pages
-        self._hints = hints
         self._decoder = decoder
-        self._fd_lock = threading.Lock()  # held while the descriptor is advised or closed
-        self._fd_open = True
         self._closed = False
         self._key = str(path)
         self._cache = decoded if decoded is not None else DecodedCache(0)
@@ -116,7 +110,7 @@ class SegmentReader:
         # retention deleted its file): an open descriptor would keep the file's space in use
         self._close_fd = weakref.finalize(self, _close_quietly, self._fd)
         self._size = os.fstat(self._fd).st_size
-        self._read_ahead_to = 0
+        self._pages = PageHints(self._fd, self._size, hints)
         self._stored_ahead = StoredAhead(decoder, self._cache)
         try:
             counts = self._open(path, fmt)
@@ -391,7 +385,7 @@ class SegmentReader:
             self.decode_ahead(ahead, columns)
             ahead += 1
         if self._direct_fd is None:
-            self._read_ahead(chunk)
+            self._pages.read_ahead(self._offset(chunk))
 
     def _offset(self, chunk: int) -> int:
         """File offset where ``chunk`` starts (past the last chunk: the file's size)."""
@@ -402,50 +396,12 @@ class SegmentReader:
         return self._size * self._starts[chunk] // self.rows  # rows are of similar size
 
     def _drop_pages(self, chunk: int) -> None:
-        """Drop a decoded chunk's pages from the page cache: the decoded copy is what is kept.
-
-        Pages wholly inside the chunk's range only; a wrong estimate costs a
-        page read again, never a wrong read.
-        """
+        """Drop a decoded chunk's pages from the page cache: the decoded copy is what is kept."""
         if not self._drop or self._direct_fd is not None:
             return  # direct reads leave no pages behind
         if self._file_reader is None and self._parquet is None:
             return  # footerless arrow: already in memory
-        begin = -(-self._offset(chunk) // PAGE) * PAGE
-        end = self._offset(chunk + 1) // PAGE * PAGE
-        if end > begin:
-            self._advise(begin, end - begin, os.POSIX_FADV_DONTNEED)
-
-    def _read_ahead(self, chunk: int) -> None:
-        """Hint the kernel to read the file from ``chunk`` on, if not already hinted."""
-        begin = self._offset(chunk)
-        with self._state_lock:
-            if begin + READ_AHEAD_BYTES // 2 < self._read_ahead_to:
-                return  # the last hint still reaches far enough ahead
-            begin = max(begin, self._read_ahead_to)
-            end = min(self._size, begin + READ_AHEAD_BYTES)
-            self._read_ahead_to = end
-        if end > begin:
-            self._advise(begin, end - begin, os.POSIX_FADV_WILLNEED)
-
-    def _advise(self, offset: int, length: int, advice: int) -> None:
-        """``posix_fadvise``, on the hints thread when there is one.
-
-        Why a thread: WILLNEED allocates the page cache and queues the reads
-        before it returns, about 0.2 ms per 8 MiB here (strace), on the path of
-        every page that starts a new batch; nothing waits for a hint.
-        """
-        if self._hints is None:
-            self._advise_now(offset, length, advice)
-            return
-        with contextlib.suppress(RuntimeError):  # shut down: the node is closing
-            self._hints.submit(self._advise_now, offset, length, advice)
-
-    def _advise_now(self, offset: int, length: int, advice: int) -> None:
-        with self._fd_lock:
-            if self._fd_open:
-                with contextlib.suppress(OSError):
-                    os.posix_fadvise(self._fd, offset, length, advice)
+        self._pages.drop(self._offset(chunk), self._offset(chunk + 1))
 
     def close(self) -> None:
         """Close the files under the locks, so that no decode or hint is using them meanwhile.
@@ -460,9 +416,7 @@ class SegmentReader:
             self._projected.clear()
             if self._source is not None:
                 self._source.close()
-            with self._fd_lock:
-                self._fd_open = False
-                self._close_fd()
+            self._pages.close(self._close_fd)
             if self._direct_fd is not None:
                 self._close_direct()
 
