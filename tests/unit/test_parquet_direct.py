@@ -146,3 +146,80 @@ def test_tmpfs_segments_are_read_through_the_page_cache(tmp_path: Path) -> None:
             reader.close()
     finally:
         path.unlink(missing_ok=True)
+
+
+def _text_table() -> pa.Table:
+    """Text columns a seal gives a dictionary, one whose dictionary overflows, and one without."""
+    n = ROWS
+    late = [f"{i:08d}-" + "x" * 200 for i in range(n)]  # unique and long past the sample
+    return pa.table(
+        {
+            "time": pa.array(range(n), pa.int64()),
+            "model": pa.array([None if i % 13 == 0 else f"model-{i % 5}" for i in range(n)]),
+            "region": pa.array([f"region-{i % 8}" for i in range(n)], pa.large_string()),
+            "status": pa.array([b"ok", b"error"] * (n // 2) + [b"ok"] * (n % 2), pa.binary()),
+            # repeats in the seal's sample, then every value differs: Parquet's writer
+            # falls back from the dictionary to plain pages within the row group
+            "request": pa.array(["same"] * 4096 + late[4096:]),
+            "payload": pa.array([f"{i * 7919:012d}" for i in range(n)]),  # no dictionary
+        }
+    )
+
+
+@pytest.fixture(scope="module")
+def text_segment(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, pa.Table]:
+    table = _text_table()
+    path = _disk_dir(tmp_path_factory.mktemp("parquet-text")) / "seg.parquet"
+    write_sealed(path, table, "parquet", "zstd", adaptive=True)
+    return path, table
+
+
+def test_text_stored_with_a_dictionary_is_decoded_as_one(
+    text_segment: tuple[Path, pa.Table],
+) -> None:
+    """Which columns the reader asks Arrow for as dictionaries: text with a dictionary page."""
+    path, table = text_segment
+    meta = pq.read_metadata(path)
+    names = table.schema.names
+    for g in range(meta.num_row_groups):
+        chosen = [
+            names[i] for i in parquet_chunks.dictionary_leaves(meta.row_group(g), table.schema)
+        ]
+        assert {"model", "region", "status", "request"} <= set(chosen)
+        assert "time" not in chosen and "payload" not in chosen
+
+
+@pytest.mark.parametrize("direct", [True, False])
+@pytest.mark.parametrize("columns", [None, ("request", "model"), ("status",), ("payload",)])
+def test_text_read_as_dictionaries_comes_back_as_written(
+    text_segment: tuple[Path, pa.Table], direct: bool, columns: tuple[str, ...] | None
+) -> None:
+    """Same types (no dictionary the writer did not send), values and nulls as written,
+    whole row groups or pages across them, the overflowed dictionary included."""
+    path, table = text_segment
+    reader = _reader(path, direct)
+    try:
+        assert reader.direct == direct
+        assert reader.schema.equals(table.schema)
+        for start, count in [(0, ROWS), (4000, 200), (PARQUET_ROW_GROUP - 5, 10_000)]:
+            got = reader.read(start, count, columns)
+            want = table.slice(start, count)
+            want = want if columns is None else want.select(list(columns))
+            assert got.schema.equals(want.schema)
+            assert got.equals(want)
+    finally:
+        reader.close()
+
+
+def test_a_column_the_client_sent_as_a_dictionary_stays_one(
+    segment: tuple[Path, pa.Table],
+) -> None:
+    path, table = segment
+    reader = _reader(path, True)
+    try:
+        got = reader.read(0, ROWS, ("label", "model"))
+        assert pa.types.is_dictionary(got.schema.field("label").type)
+        assert got.schema.field("model").type == pa.string()
+        assert got.equals(table.select(["label", "model"]))
+    finally:
+        reader.close()

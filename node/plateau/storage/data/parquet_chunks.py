@@ -17,6 +17,16 @@ group to the kernel and faulted them in again for the next one.
 The reader decodes from the bytes read, through a file-like window that
 answers at their file offsets, with the file's own parsed footer: the
 column chunks it asks for are the ones read, nothing else is touched.
+
+Why text columns stored with a dictionary are read as dictionaries and cast
+back (``dictionary_leaves``, ``dense``): Parquet's own decoder materialises such a
+column value by value through a builder (an append, a capacity check and a
+status per value: ``perf`` of a node serving the ML-log workload's reads put
+28% of its CPU there). Read as a dictionary, a column is only its indices;
+Arrow's cast then gathers the values in one vectorised pass. A 500,000-row
+ML-log segment: 57.8 ms of CPU decoded, 33.8 ms read as dictionaries and cast.
+The rows and the schema are the same either way: a reply never carries a
+dictionary the writer did not send.
 """
 
 from __future__ import annotations
@@ -24,10 +34,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 import pyarrow as pa
+import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from plateau.storage.data.direct_io import READ_POOL, read_bytes_direct
-from plateau.storage.data.sealed_writer import leaf_ranges
+from plateau.storage.data.sealed_writer import is_text, leaf_ranges
 
 Range = tuple[int, int]
 """A byte range of the file: (offset, length)."""
@@ -62,6 +73,28 @@ def _chunk_ranges(group: pq.RowGroupMetaData) -> list[Range]:
     return ranges
 
 
+def dictionary_leaves(group: pq.RowGroupMetaData, schema: pa.Schema) -> list[int]:
+    """Leaf indices of the top-level text columns ``group`` stores with a dictionary page.
+
+    (A chunk whose dictionary overflowed and fell back to plain pages is still
+    read right, only slower: Arrow then builds the dictionary by hashing.)
+    """
+    return [
+        leaves[0]
+        for field, leaves in zip(schema, leaf_ranges(schema), strict=True)
+        if len(leaves) == 1 and is_text(field.type) and group.column(leaves[0]).has_dictionary_page
+    ]
+
+
+def dense(table: pa.Table, schema: pa.Schema) -> pa.Table:
+    """``table`` with each column read as a dictionary cast back to its type in ``schema``."""
+    for i, (name, column) in enumerate(zip(table.column_names, table.columns, strict=True)):
+        wanted = schema.field(name)
+        if pa.types.is_dictionary(column.type) and not pa.types.is_dictionary(wanted.type):
+            table = table.set_column(i, wanted, pc.cast(column, wanted.type, memory_pool=READ_POOL))
+    return table
+
+
 def leaf_indices(schema: pa.Schema, columns: Sequence[str]) -> list[int]:
     """The Parquet leaf columns of top-level ``columns`` (each a contiguous run, in order)."""
     wanted = set(columns)
@@ -80,10 +113,10 @@ class DirectRowGroups:
     the file's parsed footer, 0.1 ms) and the descriptor is read with ``pread``.
     """
 
-    def __init__(self, fd: int, parquet: pq.ParquetFile, size: int) -> None:
+    def __init__(self, fd: int, meta: pq.FileMetaData, size: int) -> None:
         self._fd = fd
-        self._meta = parquet.metadata
-        self._schema = parquet.schema_arrow
+        self._meta = meta
+        self._schema = meta.schema.to_arrow_schema()  # as written: no dictionaries read
         self._size = size
 
     def read(self, chunk: int, columns: Sequence[str] | None) -> pa.Table:
@@ -101,11 +134,13 @@ class DirectRowGroups:
         ]
         reader = pq.ParquetReader(memory_pool=READ_POOL)
         window = pa.PythonFile(_Window(pieces, self._size), mode="r")
-        reader.open(window, pre_buffer=False, metadata=self._meta)
+        dictionaries = dictionary_leaves(group, self._schema)
+        reader.open(window, pre_buffer=False, metadata=self._meta, read_dictionary=dictionaries)
         try:
             table = reader.read_row_groups([chunk], column_indices=indices, use_threads=False)
         finally:
             reader.close()
+        table = dense(table, self._schema)
         # leaves come back in the file's order; a projection's columns in the order asked for
         return table if columns is None else table.select(list(columns))
 

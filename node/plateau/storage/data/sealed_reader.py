@@ -38,7 +38,12 @@ from plateau.storage.data.arrow_footer import (
 from plateau.storage.data.decoded_cache import ChunkId, Columns, DecodedCache
 from plateau.storage.data.direct_io import open_direct, read_bytes_direct
 from plateau.storage.data.page_hints import READ_AHEAD_BYTES, PageHints
-from plateau.storage.data.parquet_chunks import DirectRowGroups, row_group_end
+from plateau.storage.data.parquet_chunks import (
+    DirectRowGroups,
+    dense,
+    dictionary_leaves,
+    row_group_end,
+)
 from plateau.storage.data.sealed_writer import arrow_batches
 from plateau.storage.data.stored_batches import StoredAhead, StoredBatches
 from plateau.storage.metrics import READ_BATCHES_STORED, READ_CHUNKS
@@ -129,9 +134,16 @@ class SegmentReader:
         if fmt == "parquet":
             # no pre-buffering: it keeps the last row group's raw bytes (about 8 MiB) in each
             # open reader, 256 MiB over 32 readers, on top of the decoded cache
-            self._parquet = pq.ParquetFile(self._source, pre_buffer=False)
-            meta = self._parquet.metadata
-            self.schema: pa.Schema = self._parquet.schema_arrow
+            meta = pq.read_metadata(self._source)
+            schema = meta.schema.to_arrow_schema()
+            # text columns stored with a dictionary are decoded as one (``parquet_chunks``)
+            dictionaries = (
+                dictionary_leaves(meta.row_group(0), schema) if meta.num_row_groups else []
+            )
+            self._parquet = pq.ParquetFile(
+                self._source, pre_buffer=False, metadata=meta, read_dictionary=dictionaries
+            )
+            self.schema: pa.Schema = schema  # the file's (the reader's has the dictionaries)
             groups = [meta.row_group(i) for i in range(meta.num_row_groups)]
             self._ends = [row_group_end(g) for g in groups]
             return [g.num_rows for g in groups]
@@ -164,7 +176,7 @@ class SegmentReader:
         self._direct_fd = fd
         self._close_direct = weakref.finalize(self, _close_quietly, fd)
         if self._parquet is not None:
-            self._row_groups = DirectRowGroups(fd, self._parquet, self._size)
+            self._row_groups = DirectRowGroups(fd, self._parquet.metadata, self._size)
 
     @property
     def direct(self) -> bool:
@@ -329,7 +341,8 @@ class SegmentReader:
         if self._row_groups is not None:
             return self._parquet_direct(chunk, columns)
         if self._parquet is not None:
-            return self._parquet.read_row_groups([chunk], columns=list(columns), use_threads=False)
+            table = self._parquet.read_row_groups([chunk], columns=list(columns), use_threads=False)
+            return dense(table, self.schema)
         if self._file_reader is None:  # footerless arrow, already in memory
             return pa.Table.from_batches([self._batches[chunk]], self.schema).select(list(columns))
         reader = self._projected.get(columns)
@@ -345,7 +358,7 @@ class SegmentReader:
             return self._parquet_direct(chunk, None)
         if self._parquet is not None:
             # one thread per decode: pyarrow's column threads only waited on each other here
-            return self._parquet.read_row_groups([chunk], use_threads=False)
+            return dense(self._parquet.read_row_groups([chunk], use_threads=False), self.schema)
         if self._direct_fd is not None:
             block = self._blocks[chunk]
             try:

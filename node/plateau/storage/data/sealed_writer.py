@@ -116,7 +116,7 @@ def parquet_leaf_paths(schema: pa.Schema) -> list[list[str]]:
     return [paths[r.start : r.stop] for r in leaf_ranges(schema)]
 
 
-def _is_text(dtype: pa.DataType) -> bool:
+def is_text(dtype: pa.DataType) -> bool:
     return bool(
         pa.types.is_string(dtype)
         or pa.types.is_large_string(dtype)
@@ -143,7 +143,7 @@ def statistics_columns(
     return [
         path
         for field, paths in zip(schema, leaves, strict=True)
-        if not (field.name in dictionary and _is_text(field.type))
+        if not (field.name in dictionary and is_text(field.type))
         for path in paths
     ]
 
