@@ -63,7 +63,9 @@ def test_freezing_keeps_live_objects_and_collects_garbage_first(unfrozen: None) 
     gone = weakref.ref(garbage)
     del garbage  # unreachable, only the collector frees it
     frozen = freeze_startup_heap()
-    assert frozen == gc.get_freeze_count() > 0
+    # freed frozen objects leave the count (other tests' threads may drop some meanwhile);
+    # nothing joins it without another freeze
+    assert 0 < gc.get_freeze_count() <= frozen
     assert REGISTRY.get_sample_value("plateau_gc_frozen_objects") == frozen
     assert a.other is b and kept[9] == [9]  # frozen objects are untouched
     assert not scanned(kept) and not scanned(a)  # out of every later collection's walk
