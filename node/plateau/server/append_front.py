@@ -74,6 +74,7 @@ from plateau.server.front_wire import (
     linger,
     reply_head,
     send,
+    send_pieces,
 )
 from plateau.server.metrics import (
     APPEND_CONNECTIONS,
@@ -81,6 +82,7 @@ from plateau.server.metrics import (
     FRONT_READS,
     REJECTED_APPENDS,
 )
+from plateau.server.reply_pieces import PiecesResponse
 from plateau.server.state import NodeState
 
 log = logging.getLogger("plateau.server")
@@ -196,8 +198,7 @@ class AppendFront:
                 else:  # "other"
                     handed_over = True
                     return
-                for piece in pieces:  # a page is not copied to join its head
-                    send(conn, piece)
+                send_pieces(conn, pieces)  # a page is not copied to join its head
                 if not keep:
                     linger(conn)
                     return
@@ -321,7 +322,7 @@ class AppendFront:
             error = {"message": f"internal error: {type(exc).__name__}", "code": 500}
             return json_reply(500, error, False), False
 
-    def _answer_read(self, read: _Read) -> tuple[list[bytes | memoryview], bool]:
+    def _answer_read(self, read: _Read) -> tuple[list[bytes | memoryview | pa.Buffer], bool]:
         """A partition read served on this thread: the reply's head and body, and whether
         the connection can take another request."""
         scope = {
@@ -342,6 +343,8 @@ class AppendFront:
         except Exception as exc:  # refused, a bug, or the disk failing: as on the event loop
             response = response_for(exc, request)
         head = reply_head(response.status_code, response.raw_headers, read.keep_alive)
+        if isinstance(response, PiecesResponse):
+            return [head, *response.pieces.pieces], read.keep_alive
         return [head, response.body], read.keep_alive
 
     def _skip_body(self, conn: socket.socket, append: _Append) -> bool:

@@ -20,6 +20,7 @@ from plateau.protocol import ARROW_FILE, ARROW_STREAM, JSON, JSON_ENVELOPE
 from plateau.protocol.errors import InvalidInput
 from plateau.server.errors import NotAcceptable, UnsupportedMediaType
 from plateau.server.params import parse_time
+from plateau.server.reply_pieces import ReplyPieces, ReplySink
 from plateau.storage.data.arrow_footer import MAGIC, Block, footer_with_blocks
 from plateau.storage.data.full_validation import validate_table
 from plateau.storage.data.ipc_file import END_OF_STREAM, FILE_START, empty_footer
@@ -264,25 +265,37 @@ def accepted_codecs(header: str | None) -> frozenset[int]:
     return frozenset(READ_CODECS[name] for name in names if name in READ_CODECS)
 
 
+def arrow_pieces(table: pa.Table, media: str, metadata: Mapping[str, str]) -> ReplyPieces:
+    """``encode_arrow``'s reply as the pieces pyarrow's writer hands over: the decoded
+    columns' own buffers, never copied into one (``reply_pieces``)."""
+    table = table.replace_schema_metadata(_merged(table.schema, metadata))
+    sink = ReplySink()
+    writer = ipc.new_stream if media == ARROW_STREAM else ipc.new_file
+    with writer(pa.PythonFile(sink, mode="w"), table.schema) as out:
+        out.write_table(table)
+    sink.close()
+    return ReplyPieces(sink.pieces)
+
+
 def encode_stored(
     schema: pa.Schema, stored: StoredBatches, media: str, metadata: Mapping[str, str]
-) -> memoryview:
+) -> ReplyPieces:
     """The reply ``encode_arrow`` makes of the same rows, around batch messages as stored.
 
     The schema (with plateau's metadata) is serialised here; the batches are
     the segment's bytes, placed after it as they are (their offsets are
     relative to their own message); the file format's footer lists where each
-    one lands. One copy, the join.
+    one lands. The pieces are sent as they are (``reply_pieces``): no copy.
     """
     schema = schema.with_metadata(_merged(schema, metadata))
     head = schema.serialize()
     if media == ARROW_STREAM:
-        return _joined([head, stored.data, END_OF_STREAM])
+        return ReplyPieces([head, stored.data, END_OF_STREAM])
     base = len(FILE_START) + head.size
     blocks = [Block(base + b.offset, b.meta_length, b.body_length) for b in stored.blocks]
     footer = footer_with_blocks(empty_footer(schema), blocks)
     size = struct.pack("<i", len(footer))
-    return _joined([FILE_START, head, stored.data, END_OF_STREAM, footer, size, MAGIC])
+    return ReplyPieces([FILE_START, head, stored.data, END_OF_STREAM, footer, size, MAGIC])
 
 
 def _merged(schema: pa.Schema, metadata: Mapping[str, str]) -> dict[bytes, bytes]:
@@ -290,19 +303,3 @@ def _merged(schema: pa.Schema, metadata: Mapping[str, str]) -> dict[bytes, bytes
     merged = dict(schema.metadata or {})
     merged.update((k.encode(), v.encode()) for k, v in metadata.items())
     return merged
-
-
-def _joined(pieces: list[pa.Buffer | bytes]) -> memoryview:
-    """``pieces`` in one buffer of Arrow's memory pool.
-
-    Why not ``b"".join``: a page is over a MiB, so each join was a fresh
-    ``mmap`` of pages the kernel faulted in, zeroed and unmapped again; with
-    the stored pages' other costs gone that was most of the node's CPU (perf:
-    page faults, zeroing and unmapping over half of it, at 8M rows/s). The
-    pool hands the same memory back page after page.
-    """
-    buffer = pa.allocate_buffer(sum(len(p) if isinstance(p, bytes) else p.size for p in pieces))
-    out = pa.FixedSizeBufferWriter(buffer)
-    for piece in pieces:
-        out.write(piece)
-    return memoryview(buffer)

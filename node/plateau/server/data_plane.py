@@ -65,8 +65,8 @@ from plateau.server.body_pool import BodyPool, Pieces
 from plateau.server.codecs import (
     accepted_codecs,
     append_media_type,
+    arrow_pieces,
     decode_append_messages,
-    encode_arrow,
     encode_stored,
     reply_media_type,
 )
@@ -83,6 +83,7 @@ from plateau.server.params import (
     partition_filter,
     time_range,
 )
+from plateau.server.reply_pieces import PiecesResponse
 from plateau.server.state import NodeState
 from plateau.storage.engine import Engine
 from plateau.storage.metrics import APPEND_STAGE_SECONDS
@@ -170,7 +171,7 @@ def _stored_reply(stored: StoredRead, media: str) -> Response:
     headers = _read_headers(stored.status, stored.span)
     metadata = _arrow_metadata(stored.status, stored.span)
     body = encode_stored(stored.schema, stored.batches, media, metadata)
-    return Response(body, headers=headers, media_type=media)
+    return PiecesResponse(body, headers=headers, media_type=media)
 
 
 def _read_headers(status: RecordStatus, span: Span | None) -> dict[str, str]:
@@ -216,7 +217,8 @@ def _read_partition(
             reply["archived"] = result.archived
         return Response(dumps(reply), headers=headers, media_type=JSON_ENVELOPE)
     metadata = _arrow_metadata(result.status, result.span)
-    return Response(encode_arrow(result.table, media, metadata), headers=headers, media_type=media)
+    body = arrow_pieces(result.table, media, metadata)
+    return PiecesResponse(body, headers=headers, media_type=media)
 
 
 # --- append ----------------------------------------------------------------------------
