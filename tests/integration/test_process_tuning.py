@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import re
+import subprocess
 import sys
 from pathlib import Path
 
@@ -19,21 +20,28 @@ import pyarrow as pa
 import pytest
 
 from plateau.protocol import ARROW_FILE
-from plateau.server.tuning import ARROW_POOL_ENV, choose_arrow_pool
+from plateau.server.tuning import (
+    ARROW_POOL_ENV,
+    MIMALLOC_PURGE_ENV,
+    choose_arrow_pool,
+    choose_read_pool_purge_delay,
+)
 from testkit.arrowhttp import append
 from testkit.nodeproc import NodeProcess, metric_values
 
 SERVING = re.compile(
-    r"plateau node serving .* \(GIL switch interval ([0-9.]+) ms, Arrow memory pool (\w+)\)"
+    r"plateau node serving .* \(GIL switch interval ([0-9.]+) ms, Arrow memory pool (\w+), "
+    r"read pool purge delay (-?\d+) ms\)"
 )
 
 
-def in_force(proc: NodeProcess) -> tuple[float, str]:
-    """The GIL switch interval and the Arrow pool the node's startup line reports."""
+def in_force(proc: NodeProcess) -> tuple[float, str, int]:
+    """The GIL switch interval, the Arrow pool and the read pool's purge delay the node's
+    startup line reports."""
     found = SERVING.findall(proc.log_path.read_text(errors="replace"))
     assert found, proc.log()
-    interval, pool = found[-1]
-    return float(interval), str(pool)
+    interval, pool, purge = found[-1]
+    return float(interval), str(pool), int(purge)
 
 
 def has_jemalloc() -> bool:
@@ -45,28 +53,32 @@ def has_jemalloc() -> bool:
 
 
 @pytest.mark.parametrize(
-    ("env", "interval", "pool"),
+    ("env", "interval", "pool", "purge"),
     [
-        ({}, 1.0, "jemalloc"),
+        ({}, 1.0, "jemalloc", 10_000),
         (
             {
                 "PLATEAU_SERVER__GIL_SWITCH_INTERVAL_MS": "2.5",
                 "PLATEAU_SERVER__ARROW_MEMORY_POOL": "mimalloc",
+                "PLATEAU_SERVER__READ_POOL_PURGE_DELAY_MS": "-1",
             },
             2.5,
             "mimalloc",
+            -1,
         ),
-        ({"PLATEAU_SERVER__ARROW_MEMORY_POOL": "system"}, 1.0, "system"),
+        ({"PLATEAU_SERVER__ARROW_MEMORY_POOL": "system"}, 1.0, "system", 10_000),
+        # an operator's own mimalloc setting wins over the node's
+        ({"MIMALLOC_PURGE_DELAY": "50"}, 1.0, "jemalloc", 50),
     ],
 )
 def test_the_node_runs_with_the_configured_knobs(
-    tmp_path: Path, env: dict[str, str], interval: float, pool: str
+    tmp_path: Path, env: dict[str, str], interval: float, pool: str, purge: int
 ) -> None:
     if pool == "jemalloc" and not has_jemalloc():
         pool = pa.default_memory_pool().backend_name  # the node keeps it, with a warning
     proc = NodeProcess(tmp_path / "data", env=env).start()
     try:
-        assert in_force(proc) == (interval, pool)
+        assert in_force(proc) == (interval, pool, purge)
         table = pa.table(
             {"time": pa.array(range(1000), pa.int64()), "v": [str(i) for i in range(1000)]}
         )
@@ -91,6 +103,8 @@ def test_the_node_runs_with_the_configured_knobs(
         ("arrow_memory_pool", ""),
         ("arrow_memory_pool", "JEMALLOC "),
         ("gc_freeze", "maybe"),
+        ("read_pool_purge_delay_ms", "-2"),
+        ("read_pool_purge_delay_ms", "soon"),
     ],
 )
 def test_a_bad_value_stops_the_node_with_exit_2(tmp_path: Path, setting: str, value: str) -> None:
@@ -133,3 +147,59 @@ def test_the_pool_cannot_be_chosen_once_pyarrow_is_loaded() -> None:
     with pytest.raises(RuntimeError, match="before pyarrow loads"):
         choose_arrow_pool("system")
     assert os.environ.get(ARROW_POOL_ENV) == before  # nothing changed
+
+
+FREED_RSS = """
+import os, sys
+from plateau.server.tuning import choose_read_pool_purge_delay
+choose_read_pool_purge_delay(int(sys.argv[1]))
+import time
+import numpy as np
+import pyarrow as pa
+from plateau.storage.data.direct_io import READ_POOL
+
+def rss_mib():
+    with open("/proc/self/status") as f:
+        return int(f.read().split("VmRSS:")[1].split()[0]) // 1024
+
+# eight decoded row groups' worth, written to (faulted in), then freed as a scan frees them
+held = [pa.allocate_buffer(9 << 20, memory_pool=READ_POOL) for _ in range(8)]
+for buf in held:
+    np.frombuffer(buf, dtype=np.uint8)[:] = 1
+used = rss_mib()
+del held
+time.sleep(0.5)
+pa.allocate_buffer(1 << 20, memory_pool=READ_POOL)  # mimalloc purges as it allocates
+print(used, rss_mib())
+"""
+
+
+@pytest.mark.parametrize(("delay_ms", "kept"), [(10_000, True), (0, False)])
+def test_the_purge_delay_reaches_the_read_pool(delay_ms: int, kept: bool) -> None:
+    """Memory a scan freed stays with the process for the delay (so the next row group
+    reuses it instead of faulting fresh pages in), or goes back to the kernel at once:
+    mimalloc itself, in a fresh interpreter that sets the knob as ``plateau node`` does."""
+    env = {k: v for k, v in os.environ.items() if k != MIMALLOC_PURGE_ENV}
+    env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2] / "node")
+    out = subprocess.run(
+        [sys.executable, "-c", FREED_RSS, str(delay_ms)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
+    used, after = map(int, out.split())
+    if kept:
+        assert after >= used - 8, (used, after)  # the 72 MiB freed are still resident
+    else:
+        assert after <= used - 48, (used, after)  # most of them given back
+
+
+def test_the_purge_delay_cannot_be_chosen_once_pyarrow_is_loaded(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.delenv(MIMALLOC_PURGE_ENV, raising=False)
+    with pytest.raises(RuntimeError, match="before pyarrow loads"):
+        choose_read_pool_purge_delay(10_000)
+    assert MIMALLOC_PURGE_ENV not in os.environ

@@ -63,9 +63,11 @@ def node(
             ArchiveUrl.parse(settings.storage.archive.url)
         except InvalidInput as exc:
             fail(f"bad settings: storage.archive.url: {exc.message}")
-    from plateau.server.tuning import choose_arrow_pool
+    from plateau.server.tuning import choose_arrow_pool, choose_read_pool_purge_delay
 
-    choose_arrow_pool(settings.server.arrow_memory_pool)  # before run_node's imports load pyarrow
+    # both before run_node's imports load pyarrow
+    choose_arrow_pool(settings.server.arrow_memory_pool)
+    choose_read_pool_purge_delay(settings.server.read_pool_purge_delay_ms)
     from plateau.server.run import run_node
 
     run_node(settings)

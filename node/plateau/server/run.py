@@ -32,6 +32,7 @@ from plateau.server.tuning import (
     arrow_pool_in_force,
     count_gc_pauses,
     freeze_startup_heap,
+    read_pool_purge_delay_in_force,
     tune_interpreter,
     tune_malloc,
     warm_lazy_imports,
@@ -176,11 +177,13 @@ def run_node(settings: NodeConfig) -> None:
         timeout_graceful_shutdown=GRACEFUL_SHUTDOWN_SECONDS,
     )
     log.info(
-        "plateau node serving %s on http://%s (GIL switch interval %g ms, Arrow memory pool %s)",
+        "plateau node serving %s on http://%s (GIL switch interval %g ms, Arrow memory pool %s, "
+        "read pool purge delay %s)",
         settings.storage.data_dir,
         settings.server.bind,
         switch_ms,
         pool,
+        read_pool_purge_delay_in_force(),
     )
     public: socket.socket | None = None
     if settings.server.threaded_appends:
