@@ -10,10 +10,13 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from plateau.storage.data.sealed_writer import (
+    MIN_SAVING,
+    dictionary_savings,
     parquet_leaf_paths,
     statistics_columns,
     write_sealed,
@@ -64,6 +67,41 @@ def test_an_explicit_codec_keeps_the_same_statistics(tmp_path: Path) -> None:
     cols = columns(path)
     assert {c.compression for c in cols.values()} == {"UNCOMPRESSED"}
     assert not cols["region"].is_stats_set and cols["time"].is_stats_set
+
+
+def test_a_dictionary_column_is_compressed_only_where_its_indices_shrink(tmp_path: Path) -> None:
+    """Few values chosen at random (a region per request) leave zstd nothing to take from the
+    bit-packed indices: stored plain, no decompression on every read. A skewed column (a
+    status that is nearly always "ok") and ``time`` still shrink, and are compressed."""
+    rng = np.random.default_rng(3)
+    rows = 70_000  # past one row group: the judgement is on the first
+    statuses = rng.choice(4, rows, p=[0.93, 0.03, 0.03, 0.01])
+    data = pa.table(
+        {
+            "time": pa.array(T0 + np.arange(rows) // 4, pa.int64()),
+            "region": pa.array(
+                np.array([f"region-{i}" for i in range(8)])[rng.integers(0, 8, rows)]
+            ),
+            "customer": pa.array(rng.integers(0, 1000, rows), pa.int64()),
+            "status": pa.array(np.array(["ok", "timeout", "error", "rejected"])[statuses]),
+        }
+    )
+    path = tmp_path / "seg.parquet"
+    write_sealed(path, data, "parquet", "zstd", adaptive=True)
+    assert pq.read_table(path).equals(data)
+    meta = pq.read_metadata(path)
+    for g in range(meta.num_row_groups):
+        group = meta.row_group(g)
+        codecs = {group.column(i).path_in_schema: group.column(i).compression for i in range(4)}
+        assert codecs == {
+            "time": "ZSTD",
+            "region": "UNCOMPRESSED",
+            "customer": "UNCOMPRESSED",
+            "status": "ZSTD",
+        }
+    savings = dictionary_savings(data, "zstd", {"region", "customer", "status"})
+    assert savings["region"] < MIN_SAVING <= savings["status"]
+    assert dictionary_savings(data.slice(0, 0), "zstd", {"region"}) == {}
 
 
 def test_statistics_columns_names_parquet_leaf_paths() -> None:
