@@ -149,6 +149,61 @@ def test_a_forward_read_finds_the_next_chunks_decoded_ahead(tmp_path: Path, fmt:
         cache.close()
 
 
+@pytest.mark.parametrize("fmt", ["arrow", "parquet"])
+def test_a_forward_read_lets_go_of_the_chunks_it_went_past(tmp_path: Path, fmt: str) -> None:
+    """A partition read going forward never needs a chunk behind it again: once a page ends
+    past a chunk, the decoded cache no longer holds it (the read pool reuses its memory);
+    the chunk the page ends in stays, and a read that is not forward keeps what it read."""
+    # arrow: 3 batches; parquet: row groups of 65,536, 65,536 and 8,928 rows
+    table = pa.concat_tables([rows(0, 70_000), rows(70_000, 100_000), rows(100_000, 140_000)])
+    path = tmp_path / f"seg.{fmt}"
+    write_sealed(path, table, fmt, "lz4")
+    cache = ReaderCache(decoded_bytes=64 << 20)
+    try:
+        reader = cache.get(SegmentId(1), path, fmt)
+        ends = reader._starts[1:]
+        cut = ends[0]
+        got = reader.read(cut - 10, 20, forward=True)  # across the first chunk's end
+        assert got.column("x").to_pylist() == list(range(cut - 10, cut + 10))
+        assert (reader.key, 0) not in cache._decoded  # went past it
+        assert (reader.key, 1) in cache._decoded  # the page ends inside it
+        got = reader.read(cut + 10, ends[1] - cut - 10, forward=True)  # ends exactly at a chunk end
+        assert got.column("x").to_pylist() == list(range(cut + 10, ends[1]))
+        assert (reader.key, 1) not in cache._decoded
+        reader.read(ends[1], 5)  # not forward (a reverse page): what it read stays
+        assert (reader.key, 2) in cache._decoded
+        reader.read(ends[1] - 5, 10)
+        assert (reader.key, 1) in cache._decoded and (reader.key, 2) in cache._decoded
+    finally:
+        cache.close()
+
+
+def test_a_descending_topic_scan_decodes_each_chunk_once(make_engine: EngineFactory) -> None:
+    """Pages of a descending iteration go backwards through a row group: none of them
+    lets the row group go while pages before it still need it."""
+    e = make_engine()
+    e.put_topic(
+        "t",
+        TopicConfigRequest.model_validate(
+            {"partitions": 1, "segment": {"format": "parquet", "max_rows": 200_000}}
+        ),
+    )
+    append_retrying(e, "t", "0", rows(0, 140_000))
+    e.close()
+    e = make_engine()  # reopened: the open segment sealed, read back from its file
+    demand = _chunks_decoded("demand")
+    cursor: dict[str, int] = {}
+    seen = []
+    while True:
+        page = e.iterate_topic("t", cursor, 10_000, Order.DESC)
+        seen += page.table.column("x").to_pylist()
+        cursor = page.next
+        if page.status == RecordStatus.ALL:
+            break
+    assert seen == list(range(139_999, -1, -1))
+    assert _chunks_decoded("demand") - demand <= 3  # 3 row groups: each decoded at most once
+
+
 def test_nearing_a_segments_end_opens_and_decodes_the_next_segment(
     make_engine: EngineFactory,
 ) -> None:

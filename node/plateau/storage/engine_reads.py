@@ -116,6 +116,7 @@ class EngineReads(EngineParts):
                 focus,
                 run,
                 compact=False,
+                forward=True,
             )
 
         with self.progress.track(f"read {topic}/{partition}"):

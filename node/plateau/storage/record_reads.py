@@ -84,15 +84,24 @@ class _Source:
         return min(self.end, self.first + self._reader.next_match(pos - self.first, time_range))
 
     def read(
-        self, start: int, count: int, columns: Columns | None = None, compact: bool = True
+        self,
+        start: int,
+        count: int,
+        columns: Columns | None = None,
+        compact: bool = True,
+        forward: bool = False,
     ) -> pa.Table:
+        """``forward``: see ``SegmentReader.read`` (what the read went past is let go of)."""
         offset = start - self.first
         reader = self._reader
         if isinstance(reader, pa.Table):
             rows = reader.slice(offset, count)
             table = rows if columns is None else rows.select(list(columns))
         else:
-            table = reader.read(offset, count, columns)
+            if isinstance(reader, SegmentReader):
+                table = reader.read(offset, count, columns, forward)
+            else:
+                table = reader.read(offset, count, columns)
             if self._then is not None and reader.near_end(offset + count):
                 self._then()
                 self._then = None
@@ -235,6 +244,7 @@ def read_range(
     focus: DataFocus | None = None,
     archive: ArchivedRun | None = None,
     compact: bool = True,
+    forward: bool = False,
 ) -> PartitionRead:
     """Up to ``limit`` rows from ``start`` (clamped to the oldest retained index, in the
     ``archive`` if given).
@@ -242,7 +252,9 @@ def read_range(
     With a ``focus`` only the columns it needs are read (plus ``time`` for a
     time range); the caller applies the focus to the result. ``compact=False``
     leaves the rows as slices of what they were read from (see ``_compact``):
-    for a caller that encodes them at once and lets go.
+    for a caller that encodes them at once and lets go. ``forward``: the caller
+    reads on from where this stops, so decoded chunks it passes are let go of
+    (``SegmentReader.read``).
     """
     pos = max(start, view.start if archive is None else archive.start)
     tables: list[pa.Table] = []
@@ -273,7 +285,8 @@ def read_range(
             if time_range is not None and (pos := src.next_match(pos, time_range)) >= src.end:
                 break
             chunk = min(src.end - pos, limit - rows if time_range is None else max(limit, 1024))
-            table = src.read(pos, chunk, columns, compact)
+            # a time range may keep fewer rows than it read, and the next page starts among them
+            table = src.read(pos, chunk, columns, compact, forward and time_range is None)
             read_rows = table.num_rows
             if time_range is not None:
                 mask = _time_mask(table, time_range)
@@ -439,7 +452,16 @@ def iterate(
                 )
             else:
                 result = read_range(
-                    view, data_dir, cache, nxt[name], want, time_range, budget, focus, run
+                    view,
+                    data_dir,
+                    cache,
+                    nxt[name],
+                    want,
+                    time_range,
+                    budget,
+                    focus,
+                    run,
+                    forward=True,
                 )
                 new_pos = result.span.end if result.span else nxt[name]
             del view

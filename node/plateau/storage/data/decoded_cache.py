@@ -115,6 +115,11 @@ class DecodedCache:
             (old_key, old_chunk), _ = next(iter(self._chunks.items()))
             self._pop_locked(old_key, old_chunk)
 
+    def discard(self, key: str, chunk: ChunkId) -> None:
+        """Forget one chunk (a forward read went past it: ``SegmentReader.read``)."""
+        with self._lock:
+            self._pop_locked(key, chunk)
+
     def drop(self, key: str) -> None:
         """Forget every chunk of ``key`` (its segment was closed or deleted)."""
         with self._lock:

@@ -206,12 +206,27 @@ class SegmentReader:
             return True
         return self._offset(_chunk_of(self._starts, offset)) + READ_AHEAD_BYTES >= self._size
 
-    def read(self, offset: int, count: int, columns: Columns | None = None) -> pa.Table:
+    def read(
+        self, offset: int, count: int, columns: Columns | None = None, forward: bool = False
+    ) -> pa.Table:
         """Rows ``[offset, offset + count)`` of the segment; only ``columns`` when given.
 
         A projection is decoded on its own (only those parquet column chunks
         are read, only those Arrow fields decoded) and cached apart from the
         whole chunk.
+
+        ``forward``: the caller goes on forward from ``offset + count`` (a
+        partition read, topic iteration in ascending order), so the chunks this
+        read went past are let go of at once. Why: left to the least-recent rule
+        they stayed until the whole budget was full of row groups nobody would
+        read again, and a fresh node's first scan faulted all that memory in
+        (128 MiB of cache took 300 MiB of RSS with four readers; those faults
+        were a fifth of the node's CPU in that read, on this VM 2.8 ms a MiB).
+        Released as passed, the read pool reuses the same memory: RSS grew by
+        110 MiB. What another reader loses is small: at 7M rows a second the
+        budget's chunks turned over every 0.13 s anyway. A reverse read
+        (``record_reads.read_reverse``) reads each page forward, then the rows
+        before it: not ``forward``.
         """
         columns = self._projection(columns)
         end = min(offset + count, self.rows)
@@ -221,6 +236,10 @@ class SegmentReader:
         first = _chunk_of(self._starts, offset)
         last = _chunk_of(self._starts, end - 1)
         parts = [self._chunk(c, columns) for c in range(first, last + 1)]
+        if forward:
+            passed = last + 1 if end >= self._starts[last + 1] else last
+            for chunk in range(first, passed):
+                self._cache.discard(self._key, _ident(chunk, columns))
         self._look_ahead(last + 1, columns)
         table = parts[0] if len(parts) == 1 else pa.concat_tables(parts)
         return table.slice(offset - self._starts[first], end - offset)
