@@ -1,9 +1,9 @@
-"""Arrow replies as pieces: the same bytes as one encoded buffer, sent whole by ``sendmsg``.
+"""Arrow replies as pieces: the bytes pyarrow's writer makes, sent whole by ``sendmsg``.
 
 ``codecs.arrow_pieces`` and ``encode_stored`` leave a page in the pieces
 pyarrow's writer hands over, and ``front_wire.send_pieces`` sends them with
 scatter-gather. What a reader relies on: the bytes on the wire are exactly
-the reply ``encode_arrow`` makes (so every reader decodes the same rows,
+what pyarrow's IPC writer makes of the page (so every reader decodes the same rows,
 schema and metadata), whatever the columns, the slice and the socket's
 pace. What the change is for: the page's large buffers are the decoded
 columns' own memory, never copied into a reply buffer.
@@ -63,10 +63,16 @@ TABLE = _rows(30_000)
     ],
     ids=["whole", "slice", "chunks", "empty", "no-columns"],
 )
-def test_the_pieces_are_the_bytes_encode_arrow_makes(table: pa.Table, media: str) -> None:
+def test_the_pieces_are_the_bytes_pyarrow_s_writer_makes(table: pa.Table, media: str) -> None:
     pieces = arrow_pieces(table, media, META)
     joined = bytes(pieces.join())
     assert joined == bytes(encode_arrow(table, media, META))
+    expected = pa.BufferOutputStream()  # pyarrow's own, into one growing buffer
+    with_meta = table.replace_schema_metadata({k.encode(): v.encode() for k, v in META.items()})
+    new = ipc.new_file if media == ARROW_FILE else ipc.new_stream
+    with new(expected, with_meta.schema) as writer:
+        writer.write_table(with_meta)
+    assert joined == expected.getvalue().to_pybytes()
     assert pieces.nbytes == len(joined)
     buf = pa.py_buffer(joined)
     back = (ipc.open_file(buf) if media == ARROW_FILE else ipc.open_stream(buf)).read_all()

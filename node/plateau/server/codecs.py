@@ -234,23 +234,12 @@ def has_null_type(dtype: pa.DataType) -> bool:
 
 
 def encode_arrow(table: pa.Table, media: str, metadata: Mapping[str, str]) -> memoryview:
-    """IPC file (or stream) bytes of ``table`` with plateau's schema metadata added.
-
-    Returns a view of Arrow's buffer: it is sent without another copy. The reply is
-    written twice: first into a counting stream (no bytes copied) for its exact size,
-    then into one buffer of that size. A growing ``BufferOutputStream`` reallocated
-    its way up to the size and copied the page again each time: 100 against 61 us
-    for a 10,000-row, 1.3 MB page.
-    """
-    table = table.replace_schema_metadata(_merged(table.schema, metadata))
-    writer = ipc.new_stream if media == ARROW_STREAM else ipc.new_file
-    counter = pa.MockOutputStream()
-    with writer(counter, table.schema) as out:
-        out.write_table(table)
-    buffer = pa.allocate_buffer(counter.size())
-    with writer(pa.FixedSizeBufferWriter(buffer), table.schema) as out:
-        out.write_table(table)
-    return memoryview(buffer)
+    """IPC file (or stream) bytes of ``table`` with plateau's schema metadata added, in one
+    buffer of Arrow's pool (the event loop's replies, topic pages made ahead): the pieces
+    of ``arrow_pieces`` joined once. A growing ``BufferOutputStream`` reallocated its way
+    up to the size and copied the page again each time (100 against 61 us for a
+    10,000-row, 1.3 MB page)."""
+    return arrow_pieces(table, media, metadata).join()
 
 
 def accepted_codecs(header: str | None) -> frozenset[int]:
