@@ -63,8 +63,14 @@ def test_node_archives_what_it_acknowledges(
                 assert r.status_code == 200, r.text
 
             def archived() -> bool:
+                # uploaded_segments counts a segment once its SQLite row is in, the lag
+                # until the manifest object lists it: wait for both
                 a = c.get("/admin/topics/ev").json()["usage"]["archive"]
-                return bool(a["state"] == "Current" and a["uploaded_segments"] == 4)
+                return bool(
+                    a["state"] == "Current"
+                    and a["uploaded_segments"] == 4
+                    and a["lag_segments"] == 0
+                )
 
             wait_until(archived, "4 segments archived")
             usage = c.get("/admin/topics/ev").json()["usage"]
