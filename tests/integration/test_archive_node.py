@@ -16,6 +16,7 @@ import pyarrow.parquet as pq
 from testkit.nodeproc import NodeProcess, free_port, metric_values
 from testkit.s3server import ADMIN, S3Server
 from testkit.waiting import wait_until
+from tests.integration.test_archive_faults import caught_up
 from tests.integration.test_archive_upload import T0, read_manifest
 
 
@@ -62,17 +63,9 @@ def test_node_archives_what_it_acknowledges(
                     time.sleep(0.02)
                 assert r.status_code == 200, r.text
 
-            def archived() -> bool:
-                # uploaded_segments counts a segment once its SQLite row is in, the lag
-                # until the manifest object lists it: wait for both
-                a = c.get("/admin/topics/ev").json()["usage"]["archive"]
-                return bool(
-                    a["state"] == "Current"
-                    and a["uploaded_segments"] == 4
-                    and a["lag_segments"] == 0
-                )
-
-            wait_until(archived, "4 segments archived")
+            # uploaded_segments counts a segment once its SQLite row is in, the lag until
+            # the manifest object lists it: caught_up waits for both
+            wait_until(lambda: caught_up(node, 4), "4 segments archived")
             usage = c.get("/admin/topics/ev").json()["usage"]
             assert usage["archive"]["url"] == f"s3://{s3root}/ev"
             assert usage["partitions"]["0"]["archive"]["start"] == 0
@@ -163,14 +156,7 @@ def test_kill_9_during_uploads_archives_each_segment_once(
         node.kill()  # uploads in flight, manifest objects half written: whatever it was doing
         node.start()
         with node.client() as c:
-
-            def done() -> bool:
-                u = c.get("/admin/topics/ev").json()["usage"]
-                return bool(
-                    u["archive"]["lag_segments"] == 0 and u["archive"]["state"] == "Current"
-                )
-
-            wait_until(done, "archive current after kill -9")
+            wait_until(lambda: caught_up(node), "archive current after kill -9")
             end = c.get("/admin/topics/ev").json()["usage"]["partitions"]["0"]["archive"]["end"]
     finally:
         node.stop()
