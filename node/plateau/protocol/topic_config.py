@@ -49,7 +49,8 @@ class SegmentConfig(BaseModel):
         description="Codec of every column of sealed segments (Parquet pages or Arrow IPC "
         "buffers); none: no column. Unset: chosen per column, each segment compressing only the "
         "columns a sample shows shrink (random values stay raw): parquet with zstd, columns "
-        "that shrink by 20%; arrow with lz4 on the append path, columns that shrink by 40%, "
+        "that shrink by 20% (its write-ahead file with lz4, judged as an arrow segment is); "
+        "arrow with lz4 on the append path, columns that shrink by 40%, "
         "and a batch is written as sent unless they save 20% of it. "
         "GET /admin/topics/{t} shows each column's codec and ratio.",
     )
