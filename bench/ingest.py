@@ -237,6 +237,7 @@ BUSY_CAUSES = {
     "append bodies": "bodies",  # server.inflight: the in-flight body budget
     "open segments hold": "open_segments",  # the memory budget's open-segment part
     "still being sealed": "partition_sealing",  # the partition's previous seal not done
+    "append slots": "queue_timeout",  # server.append_queue_timeout_ms: waited too long
 }
 
 

@@ -105,3 +105,83 @@ def test_a_slot_is_freed_when_the_append_fails() -> None:
 def test_a_gate_has_at_least_one_slot() -> None:
     with pytest.raises(ValueError, match="at least one slot"):
         FifoGate(0)
+
+
+def test_a_waiter_past_its_timeout_leaves_the_line_holding_nothing() -> None:
+    gate = FifoGate(1)
+    with gate.slot():
+        started = time.monotonic()
+        assert gate.acquire(0.05) is False
+        assert time.monotonic() - started >= 0.05
+        assert gate.waiting == 0
+        with pytest.raises(TimeoutError), gate.slot(0.01):
+            pass
+    # nothing was taken by the waiters that gave up: the one slot is free again
+    assert gate.acquire(0) is True
+    gate.release()
+
+
+def test_a_waiter_behind_one_that_gave_up_is_served_next() -> None:
+    """The line closes up: the slot freed goes to the next waiter, not to the one gone."""
+    gate = FifoGate(1)
+    got = threading.Event()
+
+    def patient() -> None:
+        with gate.slot():
+            got.set()
+
+    with gate.slot():
+        impatient = threading.Thread(target=gate.acquire, args=(0.05,))
+        impatient.start()
+        wait_until(lambda: gate.waiting == 1, "the impatient one in line", interval=0.001)
+        t = threading.Thread(target=patient)
+        t.start()
+        wait_until(lambda: gate.waiting == 2, "both in line", interval=0.001)
+        impatient.join(10)
+        assert gate.waiting == 1
+    assert got.wait(10)
+    t.join(10)
+
+
+def test_timeouts_racing_releases_lose_no_slot_and_never_overfill() -> None:
+    """32 threads x 300 tries with timeouts about as long as a holder holds: a slot
+    handed to a waiter at the moment it gives up must be kept (or the gate shrinks), and
+    never more than 2 may be inside. Fails on a lost slot (the last acquire stalls), an
+    extra one (peak > 2) or a thread that never returns."""
+    gate = FifoGate(2)
+    inside = 0
+    peak = 0
+    lock = threading.Lock()
+    served = [0] * 32
+    refused = [0] * 32
+
+    def worker(w: int) -> None:
+        nonlocal inside, peak
+        for i in range(300):
+            if not gate.acquire(0.0002 * (1 + (w + i) % 5)):
+                refused[w] += 1
+                continue
+            try:
+                with lock:
+                    inside += 1
+                    peak = max(peak, inside)
+                time.sleep(0)
+                with lock:
+                    inside -= 1
+            finally:
+                gate.release()
+            served[w] += 1
+
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(32)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), "a thread stalled in the gate"
+    assert [s + r for s, r in zip(served, refused, strict=True)] == [300] * 32
+    assert sum(refused) > 0, "no timeout happened: the race was not exercised"
+    assert peak <= 2
+    assert gate.waiting == 0
+    # both slots are still there
+    assert gate.acquire(0) and gate.acquire(0)
+    assert not gate.acquire(0.001)

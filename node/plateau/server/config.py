@@ -79,6 +79,17 @@ class ServerSettings(BaseModel):
         "the engine at once only contend for the GIL: with 48 writers and no bound the p99 "
         "was 2.5x the event loop's (docs/ingest.md).",
     )
+    append_queue_timeout_ms: float = Field(
+        default=0,
+        ge=0,
+        le=600_000,
+        description="How long an append whose body has arrived may wait for one of the "
+        "append_concurrency slots; past it the append gets 429 with Retry-After and nothing of "
+        "it is stored. A node that keeps up never queues an append that long; one that "
+        "cannot (more writers than its disk serves) sheds instead of letting every "
+        "acknowledgement wait longer. Appends through the event loop (threaded_appends "
+        "false) are not bounded by it. 0: wait as long as it takes.",
+    )
     gil_switch_interval_ms: float = Field(
         default=1.0,
         gt=0,

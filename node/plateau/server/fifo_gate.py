@@ -20,6 +20,13 @@ body slowly holds no slot, so slow clients cannot lock out fast ones. A slot
 is handed straight to the longest waiter when it is freed, so a newcomer
 never overtakes the line.
 
+A waiter may give up (``acquire(timeout)``: appends, with
+``server.append_queue_timeout_ms``): it leaves the line holding nothing, and
+the line closes up behind it. A slot handed to it in the instant between its
+timeout and its taking ``_lock`` to leave is kept (the hand-off released its
+turn; taking that turn cannot block), so a slot is never lost to a waiter
+that stopped waiting.
+
 Reads are bounded for memory, not fairness: each builds a page of up to
 ``server.max_page_bytes`` outside the memory budget, and through the event
 loop at most anyio's 40 threads did so at once; the same bound holds here.
@@ -48,26 +55,38 @@ class FifoGate:
         self._line: collections.deque[threading.Lock] = collections.deque()
 
     @contextmanager
-    def slot(self) -> Iterator[None]:
-        """Hold one slot for the block, waiting in arrival order for it."""
-        self._acquire()
+    def slot(self, timeout: float | None = None) -> Iterator[None]:
+        """Hold one slot for the block, waiting in arrival order for it; ``TimeoutError``
+        (nothing held) when none came within ``timeout`` seconds."""
+        if not self.acquire(timeout):
+            raise TimeoutError(f"no slot within {timeout} s")
         try:
             yield
         finally:
-            self._release()
+            self.release()
 
-    def _acquire(self) -> None:
+    def acquire(self, timeout: float | None = None) -> bool:
         with self._lock:
             if self._free > 0 and not self._line:
                 self._free -= 1
-                return
+                return True
             turn = threading.Lock()
             turn.acquire()
             self._line.append(turn)
             self._publish()
-        turn.acquire()  # released by the holder that hands this waiter its slot
+        # released by the holder that hands this waiter its slot
+        if turn.acquire(timeout=-1 if timeout is None else timeout):
+            return True
+        with self._lock:
+            if turn in self._line:
+                self._line.remove(turn)
+                self._publish()
+                return False
+        # handed the slot between the timeout and the lock: it is ours after all
+        turn.acquire()
+        return True
 
-    def _release(self) -> None:
+    def release(self) -> None:
         with self._lock:
             if self._line:
                 self._line.popleft().release()  # the slot goes on to the longest waiter
