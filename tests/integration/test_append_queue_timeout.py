@@ -1,12 +1,10 @@
 """A saturated node refuses the appends that waited too long for their turn, and stores none.
 
-``server.append_queue_timeout_ms`` bounds how long an append waits in line for one of
-the ``server.append_concurrency`` slots: refused at its head (its body not decoded)
-when the line is already that long, or after its body when it then waits past the
-bound. A real node on loopback, one slot, a bound far below one append's service
-time, and more writers than the slot serves: appends get 429 both ways, with
-``Retry-After`` and a message that names the setting, the others are acknowledged,
-and each partition holds exactly the rows
+``server.append_queue_timeout_ms`` bounds how long an append whose body has arrived
+waits for one of the ``server.append_concurrency`` slots. A real node on loopback,
+one slot, a timeout far below one append's service time, and more writers than the
+slot serves: some appends get 429 with ``Retry-After`` and a message that names the
+setting, the others are acknowledged, and each partition holds exactly the rows
 acknowledged, in the order acknowledged (a refused append leaves nothing behind).
 """
 
@@ -85,9 +83,6 @@ def test_appends_past_the_queue_timeout_get_429_and_leave_nothing(tmp_path: Path
         for r in refusals:
             assert r.headers["retry-after"] == "1"
             assert "append_queue_timeout_ms" in r.json()["message"]
-        outcomes = {r.json()["message"].split("; ")[1] for r in refusals}
-        # both: at the head while others wait, and after the body past the bound
-        assert outcomes == {"this append was not read", "this append was not stored"}
         assert rejected_busy(node) >= len(refusals)
         topic = httpx.get(f"{node.url}/topic/q").json()["partitions"]
         for w, spans in acked.items():

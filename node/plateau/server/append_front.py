@@ -37,6 +37,7 @@ import logging
 import socket
 import threading
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from urllib.parse import unquote
 
@@ -45,9 +46,8 @@ import pyarrow as pa
 from starlette.requests import Request
 
 from plateau.protocol import JSON
-from plateau.protocol.errors import PlateauError
+from plateau.protocol.errors import Busy, PlateauError
 from plateau.protocol.names import check_name
-from plateau.server.append_slots import AppendSlots
 from plateau.server.auth import bearer_token, check_token
 from plateau.server.body import too_large
 from plateau.server.codecs import append_media_type, decode_append_messages
@@ -87,6 +87,9 @@ from plateau.server.reply_pieces import PiecesResponse
 from plateau.server.state import NodeState
 
 log = logging.getLogger("plateau.server")
+
+QUEUE_RETRY_AFTER_SECONDS = 1.0
+"""Retry-After of a saturated node's 429 (the header counts whole seconds)."""
 
 MAX_HEAD_BYTES = 64 * 1024
 READ_SLOTS = 40
@@ -134,7 +137,7 @@ class AppendFront:
         self._adopt = adopt
         self._idle_seconds = idle_seconds
         self._max = state.settings.server.append_connections
-        self._slots = AppendSlots(state.settings.server, APPEND_GATE_WAITING)
+        self._gate = FifoGate(state.settings.server.append_concurrency, APPEND_GATE_WAITING)
         self._read_gate = FifoGate(READ_SLOTS)
         self._lock = threading.Lock()
         self._served: dict[socket.socket, threading.Thread] = {}
@@ -273,6 +276,23 @@ class AppendFront:
         consume(conn, end + 4)
         return _Append(match["topic"], match["partition"], headers, length, head.keep_alive)
 
+    @contextlib.contextmanager
+    def _append_slot(self) -> Iterator[None]:
+        """One of the engine's append slots, or 429 once ``append_queue_timeout_ms`` passed."""
+        server = self._state.settings.server
+        wait_ms = server.append_queue_timeout_ms
+        if not self._gate.acquire(wait_ms / 1000 if wait_ms > 0 else None):
+            raise Busy(
+                f"the node is saturated: this append waited {wait_ms:g} ms for one of its "
+                f"{server.append_concurrency} append slots (server.append_queue_timeout_ms) "
+                "and was not stored; retry after Retry-After seconds",
+                retry_after=QUEUE_RETRY_AFTER_SECONDS,
+            )
+        try:
+            yield
+        finally:
+            self._gate.release()
+
     def _answer(self, conn: socket.socket, append: _Append) -> tuple[bytes, bool]:
         """The reply to one append, and whether the connection can take another request."""
         state = self._state
@@ -286,7 +306,6 @@ class AppendFront:
             limit = state.settings.server.max_request_bytes
             if append.length > limit:
                 raise too_large(limit)
-            self._slots.refuse_early()
             with state.bodies.hold_blocking(append.length):
                 if append.expects_continue:
                     send(conn, b"HTTP/1.1 100 Continue\r\n\r\n")
@@ -294,7 +313,7 @@ class AppendFront:
                 body_read = True
                 received = time.perf_counter()
                 STAGE_BODY.observe(received - started)
-                with self._slots.slot():
+                with self._append_slot():
                     decoding = time.perf_counter()
                     STAGE_QUEUE.observe(decoding - received)
                     table, messages = decode_append_messages(media, body)

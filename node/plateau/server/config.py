@@ -83,14 +83,12 @@ class ServerSettings(BaseModel):
         default=0,
         ge=0,
         le=600_000,
-        description="How long an append may wait in line for one of the append_concurrency "
-        "slots. An append that arrives while the line is already that long (the appends "
-        "waiting, times the slots' recent mean hold) gets 429 with Retry-After at once, its "
-        "body not decoded; one whose body has arrived and that still waits past it gets the "
-        "same 429; nothing of either is stored. A node that keeps up never queues an append "
-        "that long; one that cannot (more writers than its disk serves) sheds instead of "
-        "letting every acknowledgement wait longer. Appends through the event loop "
-        "(threaded_appends false) are not bounded by it. 0: wait as long as it takes.",
+        description="How long an append whose body has arrived may wait for one of the "
+        "append_concurrency slots; past it the append gets 429 with Retry-After and nothing of "
+        "it is stored. A node that keeps up never queues an append that long; one that "
+        "cannot (more writers than its disk serves) sheds instead of letting every "
+        "acknowledgement wait longer. Appends through the event loop (threaded_appends "
+        "false) are not bounded by it. 0: wait as long as it takes.",
     )
     gil_switch_interval_ms: float = Field(
         default=1.0,
