@@ -88,7 +88,8 @@ class ServerSettings(BaseModel):
         "it is stored. A node that keeps up never queues an append that long; one that "
         "cannot (more writers than its disk serves) sheds instead of letting every "
         "acknowledgement wait longer. Appends through the event loop (threaded_appends "
-        "false) are not bounded by it. 0: wait as long as it takes.",
+        "false) are not bounded by it. 0: wait as long as it takes. With 48 writers on a slow disk "
+        "50-100 cut the p99 from 862 to 207-279 ms for 10-40% fewer rows (docs/ingest.md).",
     )
     gil_switch_interval_ms: float = Field(
         default=1.0,
