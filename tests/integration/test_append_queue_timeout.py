@@ -11,6 +11,7 @@ acknowledged, in the order acknowledged (a refused append leaves nothing behind)
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 import httpx
@@ -37,6 +38,20 @@ def body(writer: int) -> bytes:
     )
 
 
+def post(c: httpx.Client, w: int, data: bytes) -> httpx.Response:
+    return c.post(f"/topic/q/partition/{w}", content=data, headers={"content-type": ARROW_FILE})
+
+
+def run_writers(writer: Callable[[int], None]) -> None:
+    """``writer(w)`` for each of ``WRITERS`` on threads at once; fails on a stalled one."""
+    threads = [threading.Thread(target=writer, args=(w,)) for w in range(WRITERS)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert not any(t.is_alive() for t in threads), "a writer stalled"
+
+
 def rejected_busy(node: NodeProcess) -> float:
     counts = metric_values(node.url, "plateau_rejected_appends_total")
     return sum(v for labels, v in counts.items() if dict(labels).get("reason") == "busy")
@@ -58,9 +73,7 @@ def test_appends_past_the_queue_timeout_get_429_and_leave_nothing(tmp_path: Path
         data = body(w)
         with httpx.Client(base_url=node.url, timeout=60) as c:
             for _ in range(APPENDS):
-                r = c.post(
-                    f"/topic/q/partition/{w}", content=data, headers={"content-type": ARROW_FILE}
-                )
+                r = post(c, w, data)
                 with lock:
                     if r.status_code == 200:
                         s = r.json()["span"]
@@ -71,12 +84,7 @@ def test_appends_past_the_queue_timeout_get_429_and_leave_nothing(tmp_path: Path
                         errors.append(f"{r.status_code} {r.text[:200]}")
 
     try:
-        threads = [threading.Thread(target=writer, args=(w,)) for w in range(WRITERS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
-        assert not any(t.is_alive() for t in threads), "a writer stalled"
+        run_writers(writer)
         assert errors == []
         assert refusals, "no append waited past 1 ms for the one slot: nothing was tested"
         assert sum(len(v) for v in acked.values()) > 0
@@ -105,17 +113,11 @@ def test_without_a_timeout_every_append_waits_its_turn(tmp_path: Path) -> None:
         data = body(w)
         with httpx.Client(base_url=node.url, timeout=60) as c:
             for _ in range(5):
-                r = c.post(
-                    f"/topic/q/partition/{w}", content=data, headers={"content-type": ARROW_FILE}
-                )
+                r = post(c, w, data)
                 statuses.append(r.status_code)
 
     try:
-        threads = [threading.Thread(target=writer, args=(w,)) for w in range(WRITERS)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(120)
+        run_writers(writer)
         assert statuses == [200] * (WRITERS * 5)
     finally:
         node.stop()

@@ -5,11 +5,22 @@ from __future__ import annotations
 import functools
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 
 from plateau.server.fifo_gate import FifoGate
 from testkit.waiting import wait_until
+
+
+def run_all(worker: Callable[[int], None], n: int) -> None:
+    """``worker(0..n-1)`` on threads at once; fails if one has not finished within 60 s."""
+    threads = [threading.Thread(target=worker, args=(w,)) for w in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not any(t.is_alive() for t in threads), "a thread stalled in the gate"
 
 
 def waiting(gate: FifoGate, n: int) -> bool:
@@ -77,12 +88,7 @@ def test_never_more_than_the_slots_at_once_and_no_stall() -> None:
                     inside -= 1
             passes[w] += 1
 
-    threads = [threading.Thread(target=worker, args=(w,)) for w in range(32)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not any(t.is_alive() for t in threads), "a thread stalled in the gate"
+    run_all(worker, 32)
     assert passes == [200] * 32
     assert peak <= 3
     assert gate.waiting == 0
@@ -172,12 +178,7 @@ def test_timeouts_racing_releases_lose_no_slot_and_never_overfill() -> None:
                 gate.release()
             served[w] += 1
 
-    threads = [threading.Thread(target=worker, args=(w,)) for w in range(32)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(60)
-    assert not any(t.is_alive() for t in threads), "a thread stalled in the gate"
+    run_all(worker, 32)
     assert [s + r for s, r in zip(served, refused, strict=True)] == [300] * 32
     assert sum(refused) > 0, "no timeout happened: the race was not exercised"
     assert peak <= 2
