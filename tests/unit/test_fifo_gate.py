@@ -120,8 +120,8 @@ def test_a_waiter_past_its_timeout_leaves_the_line_holding_nothing() -> None:
         assert gate.acquire(0.05) is False
         assert time.monotonic() - started >= 0.05
         assert gate.waiting == 0
-        with pytest.raises(TimeoutError), gate.slot(0.01):
-            pass
+        assert gate.acquire(0.01) is False
+        assert gate.waiting == 0
     # nothing was taken by the waiters that gave up: the one slot is free again
     assert gate.acquire(0) is True
     gate.release()

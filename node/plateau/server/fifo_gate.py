@@ -55,11 +55,11 @@ class FifoGate:
         self._line: collections.deque[threading.Lock] = collections.deque()
 
     @contextmanager
-    def slot(self, timeout: float | None = None) -> Iterator[None]:
-        """Hold one slot for the block, waiting in arrival order for it; ``TimeoutError``
-        (nothing held) when none came within ``timeout`` seconds."""
-        if not self.acquire(timeout):
-            raise TimeoutError(f"no slot within {timeout} s")
+    def slot(self) -> Iterator[None]:
+        """Hold one slot for the block, waiting in arrival order for it. (A wait with a
+        timeout is ``acquire(timeout)``/``release()``: its caller decides what giving up
+        means, and an exception from the block is never mistaken for the timeout.)"""
+        self.acquire()
         try:
             yield
         finally:
