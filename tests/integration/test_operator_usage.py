@@ -151,6 +151,10 @@ def test_polls_reconciles_and_watch_events_together_never_overlap_or_stall(
     concurrent: dict[Key, int] = {}
     doubled: list[Key] = []
     guard = threading.Lock()
+    # the reconciles' pause between writes; doubled while no poll has won a write, so a
+    # loaded machine (a poll slower than the gap between reconciles) still gets a storm in
+    # which polls write beside reconciles, instead of one where every poll loses
+    gap = [0.01]
 
     def polls() -> None:
         while not stop.is_set():
@@ -178,12 +182,13 @@ def test_polls_reconciles_and_watch_events_together_never_overlap_or_stall(
                     rec.reconciling.discard(key[2])
             # real reconciles come with events, not back to back: without a gap, on a
             # loaded machine every poll loses to a reconcile that wrote after it asked
-            time.sleep(random.uniform(0, 0.01))
+            time.sleep(random.uniform(0, gap[0]))
 
     def watch() -> None:
         while not stop.is_set():
             key = random.choice(TOPICS)
             poller.see(key, topic_body(key, {"usage": {"records": random.randint(0, 3)}}))
+            time.sleep(0.0005)  # events arrive; a busy loop would only starve the others
 
     def ingest() -> None:
         while not stop.is_set():
@@ -195,9 +200,11 @@ def test_polls_reconciles_and_watch_events_together_never_overlap_or_stall(
         t.start()
     # at least 3 s of the storm, longer (up to 30 s) until a poll won a write in it: a
     # storm in which no poll wrote would prove nothing about overlaps
-    start = time.monotonic()
+    start = last = time.monotonic()
     while time.monotonic() - start < 3.0 or (not rec.patches and time.monotonic() - start < 30):
         time.sleep(0.1)
+        if not rec.patches and time.monotonic() - last > 3.0:
+            gap[0], last = min(gap[0] * 2, 0.32), time.monotonic()
     stop.set()
     deadline = time.monotonic() + 30
     for t in threads:
